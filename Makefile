@@ -1,0 +1,36 @@
+# kcp-shard-operator. `make test` and `make demo` set up a fresh machine on their own.
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: bootstrap test lint typecheck pytest demo bench crds dev clean
+
+bootstrap:
+	@bash hack/bootstrap.sh
+
+lint: bootstrap
+	$(BIN)/ruff check operator tests hack
+	$(BIN)/ruff format --check operator tests hack
+
+typecheck: bootstrap
+	$(BIN)/mypy
+
+pytest: bootstrap
+	$(BIN)/pytest
+
+test: lint typecheck pytest
+
+demo: bootstrap
+	$(BIN)/python hack/demo.py
+
+bench: bootstrap
+	$(BIN)/python hack/bench.py
+
+crds: bootstrap
+	$(BIN)/kcpshard crds
+
+dev: bootstrap
+	$(BIN)/kcpshard dev up
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .dev

@@ -1,0 +1,257 @@
+"""Pydantic models of the KcpShard and KcpSlot resources.
+
+These models are the single source of truth: `crds/*.yaml` is generated from them
+(`kcpshard crds`), and a test fails when the files drift. CRD changes must stay
+additive, because kopf has no conversion webhooks.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GROUP = "kcpshard.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# Semver as kcp tags it: v0.32.1, v0.33.0-rc.1.
+VERSION_PATTERN = r"^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class Model(BaseModel):
+    """Base of every model: camelCase on the wire, unknown fields ignored (the CRD prunes them)."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore")
+
+
+class Shape(str, enum.Enum):
+    BLUE_GREEN = "BlueGreen"
+    SINGLE = "Single"
+
+
+class DeletionPolicy(str, enum.Enum):
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
+class SlotName(str, enum.Enum):
+    A = "a"
+    B = "b"
+
+    def other(self) -> SlotName:
+        return SlotName.B if self is SlotName.A else SlotName.A
+
+
+class SecretKeyRef(Model):
+    name: Annotated[str, Field(min_length=1, description="Name of a Secret in the shard's namespace.")]
+    key: Annotated[str | None, Field(description="Key in the Secret; the reader's default when empty.")] = None
+
+
+class KcpSpec(Model):
+    version: Annotated[
+        str,
+        Field(pattern=VERSION_PATTERN, description="kcp version the slot runs, e.g. v0.32.1 (selects the flags)."),
+    ]
+    binary: Annotated[
+        str,
+        Field(min_length=1, description="Path of the kcp executable on the node (the host agent runs it)."),
+    ] = "kcp"
+    image: Annotated[
+        str | None,
+        Field(description="Container image of the slot Job; the operator's own image when empty."),
+    ] = None
+
+
+class EtcdStore(Model):
+    endpoints: Annotated[list[str], Field(min_length=1, description="etcd client URLs (--etcd-servers).")]
+    prefix: Annotated[str | None, Field(description="Key prefix inside etcd, when the store is shared.")] = None
+    tls_secret_ref: Annotated[
+        SecretKeyRef | None,
+        Field(alias="tlsSecretRef", description="Secret with ca.crt, tls.crt, tls.key for etcd."),
+    ] = None
+
+
+class KineStore(Model):
+    endpoint_secret_ref: Annotated[
+        SecretKeyRef,
+        Field(alias="endpointSecretRef", description="Secret holding kine's --endpoint (e.g. a postgres DSN)."),
+    ]
+
+
+class StoreSpec(Model):
+    """Exactly one of etcd or kine; the operator stalls with InvalidSpec otherwise."""
+
+    etcd: EtcdStore | None = None
+    kine: KineStore | None = None
+
+
+class FrontSpec(Model):
+    address: Annotated[
+        str, Field(min_length=1, description="Address the L4 front (HAProxy) listens on, on the shard's node.")
+    ] = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535, description="Port of the front; clients use address:port.")]
+
+
+class ShardIdentity(Model):
+    name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63, description="kcp --shard-name.")] = (
+        "root"
+    )
+    root: Annotated[bool, Field(description="True for the root shard.")] = True
+    cache_kubeconfig_secret_ref: Annotated[
+        SecretKeyRef | None,
+        Field(alias="cacheKubeconfigSecretRef", description="Required for a non-root shard (--cache-kubeconfig)."),
+    ] = None
+    root_shard_kubeconfig_secret_ref: Annotated[
+        SecretKeyRef | None,
+        Field(
+            alias="rootShardKubeconfigSecretRef",
+            description="Non-root shards up to kcp v0.32 (--root-shard-kubeconfig-file).",
+        ),
+    ] = None
+    base_url: Annotated[
+        str | None,
+        Field(alias="baseURL", description="Shard base URL; https://<front.address>:<front.port> when empty."),
+    ] = None
+
+
+class RollSpec(Model):
+    ready_timeout_seconds: Annotated[int, Field(alias="readyTimeoutSeconds", ge=1, le=86400)] = 300
+    flip_timeout_seconds: Annotated[int, Field(alias="flipTimeoutSeconds", ge=1, le=3600)] = 30
+    stop_timeout_seconds: Annotated[int, Field(alias="stopTimeoutSeconds", ge=1, le=3600)] = 120
+    lease_timeout_seconds: Annotated[int, Field(alias="leaseTimeoutSeconds", ge=1, le=3600)] = 90
+    probe_timeout_seconds: Annotated[int, Field(alias="probeTimeoutSeconds", ge=1, le=3600)] = 120
+    drain_timeout_seconds: Annotated[int, Field(alias="drainTimeoutSeconds", ge=0, le=3600)] = 30
+    backup: Annotated[bool, Field(description="Snapshot the store before each roll.")] = False
+
+
+class KcpShardSpec(Model):
+    kcp: KcpSpec
+    shape: Annotated[Shape, Field(description="BlueGreen (no outage) or Single (planned outage).")] = (
+        Shape.BLUE_GREEN
+    )
+    node: Annotated[str, Field(min_length=1, description="Node that runs the slots and the front.")]
+    store: StoreSpec
+    front: FrontSpec
+    shard: ShardIdentity = Field(default_factory=ShardIdentity)
+    extra_args: Annotated[list[str], Field(alias="extraArgs", description="Appended to kcp start.")] = Field(
+        default_factory=list
+    )
+    feature_gates: Annotated[dict[str, bool], Field(alias="featureGates")] = Field(default_factory=dict)
+    roll: RollSpec = Field(default_factory=RollSpec)
+    shutdown_delay_seconds: Annotated[
+        int,
+        Field(alias="shutdownDelaySeconds", ge=0, le=600, description="kcp --shutdown-delay-duration."),
+    ] = 5
+    deletion_policy: Annotated[
+        DeletionPolicy,
+        Field(alias="deletionPolicy", description="Delete or keep the shared-material Secret with the shard."),
+    ] = DeletionPolicy.RETAIN
+
+
+class ConditionStatus(str, enum.Enum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(Model):
+    """metav1.Condition."""
+
+    type: str
+    status: ConditionStatus
+    reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
+    message: str = ""
+    last_transition_time: Annotated[str, Field(alias="lastTransitionTime")]
+    observed_generation: Annotated[int | None, Field(alias="observedGeneration")] = None
+
+
+class RolloutStatus(Model):
+    """The roll under way. The step lives here, not in conditions."""
+
+    step: str
+    from_slot: Annotated[str | None, Field(alias="fromSlot")] = None
+    to_slot: Annotated[str, Field(alias="toSlot")]
+    target_revision: Annotated[str, Field(alias="targetRevision")]
+    from_revision: Annotated[str | None, Field(alias="fromRevision")] = None
+    target_generation: Annotated[int | None, Field(alias="targetGeneration")] = None
+    shape: Shape = Shape.BLUE_GREEN
+    started_at: Annotated[str, Field(alias="startedAt")]
+    step_started_at: Annotated[str | None, Field(alias="stepStartedAt")] = None
+    timestamps: Annotated[dict[str, str], Field(description="When each step was reached.")] = Field(
+        default_factory=dict
+    )
+
+
+class RollReport(Model):
+    result: Annotated[str, Field(description="Succeeded, Aborted or Failed.")]
+    from_slot: Annotated[str | None, Field(alias="fromSlot")] = None
+    to_slot: Annotated[str | None, Field(alias="toSlot")] = None
+    from_revision: Annotated[str | None, Field(alias="fromRevision")] = None
+    to_revision: Annotated[str | None, Field(alias="toRevision")] = None
+    shape: Shape = Shape.BLUE_GREEN
+    timestamps: dict[str, str] = Field(default_factory=dict)
+    durations: Annotated[dict[str, float], Field(description="Seconds: startToReady, oldExit, total...")] = Field(
+        default_factory=dict
+    )
+    message: str = ""
+
+
+class FrontStatus(Model):
+    desired_backend: Annotated[str | None, Field(alias="desiredBackend")] = None
+    desired_port: Annotated[int | None, Field(alias="desiredPort")] = None
+    observed_backend: Annotated[str | None, Field(alias="observedBackend")] = None
+    observed_port: Annotated[int | None, Field(alias="observedPort")] = None
+    drain: Annotated[str | None, Field(description="Backend whose connections the front should close.")] = None
+    connections: Annotated[dict[str, int], Field(description="Open connections per backend.")] = Field(
+        default_factory=dict
+    )
+    observed_at: Annotated[str | None, Field(alias="observedAt")] = None
+
+
+class KcpShardStatus(Model):
+    observed_generation: Annotated[int | None, Field(alias="observedGeneration")] = None
+    conditions: list[Condition] = Field(default_factory=list)
+    active_slot: Annotated[str | None, Field(alias="activeSlot")] = None
+    active_revision: Annotated[str | None, Field(alias="activeRevision")] = None
+    rollout: RolloutStatus | None = None
+    last_roll: Annotated[RollReport | None, Field(alias="lastRoll")] = None
+    front: FrontStatus | None = None
+
+
+class KcpSlotSpec(Model):
+    shard: Annotated[str, Field(min_length=1)]
+    slot: Annotated[SlotName, Field(description="Slot name: a or b (the front has one server each).")]
+    revision: Annotated[str, Field(min_length=1, description="Hash of the shard spec this slot runs.")]
+    start: Annotated[int, Field(ge=0, description="Start counter: a re-created slot gets a new Job name.")] = 0
+
+
+class KcpSlotStatus(Model):
+    port: int | None = None
+    pid: int | None = None
+    pod_uid: Annotated[str | None, Field(alias="podUID")] = None
+    job_name: Annotated[str | None, Field(alias="jobName")] = None
+    started_at: Annotated[str | None, Field(alias="startedAt")] = None
+    ready_at: Annotated[str | None, Field(alias="readyAt")] = None
+    exited_at: Annotated[str | None, Field(alias="exitedAt")] = None
+    exit_code: Annotated[int | None, Field(alias="exitCode")] = None
+    holder_identity: Annotated[str | None, Field(alias="holderIdentity")] = None
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class KcpShard(Model):
+    api_version: Annotated[str, Field(alias="apiVersion")] = API_VERSION
+    kind: str = "KcpShard"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: KcpShardSpec
+    status: KcpShardStatus = Field(default_factory=KcpShardStatus)
+
+
+class KcpSlot(Model):
+    api_version: Annotated[str, Field(alias="apiVersion")] = API_VERSION
+    kind: str = "KcpSlot"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: KcpSlotSpec
+    status: KcpSlotStatus = Field(default_factory=KcpSlotStatus)

@@ -1,0 +1,44 @@
+"""Status writes shared by two parties, guarded by resourceVersion.
+
+Two parties write each status (host agent and operator on KcpSlot; operator and
+front agent on KcpShard). A merge patch replaces a whole list, so any change that
+touches `conditions` is a read-modify-write: GET, change a copy, PUT `/status`
+with the resourceVersion read, retry on 409 Conflict.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from kcpshard.k8s.api import ApiClient, Conflict, ResourceRef
+
+StatusFn = Callable[[dict[str, Any]], dict[str, Any] | None]
+
+
+async def mutate_status(
+    api: ApiClient,
+    ref: ResourceRef,
+    namespace: str,
+    name: str,
+    fn: StatusFn,
+    *,
+    attempts: int = 10,
+) -> dict[str, Any]:
+    """Apply `fn` to the current status and write it back; returns the object written (or read).
+
+    `fn` gets a copy of the status and returns the new status, or None to write nothing.
+    """
+    for _ in range(attempts):
+        obj = await api.get(ref, namespace, name)
+        status = copy.deepcopy(obj.get("status") or {})
+        new_status = fn(status)
+        if new_status is None or new_status == (obj.get("status") or {}):
+            return obj
+        body = {**obj, "status": new_status}
+        try:
+            return await api.replace(ref, namespace, name, body, subresource="status")
+        except Conflict:
+            continue
+    raise Conflict(409, "Conflict", f"status of {ref.plural}/{name} kept changing; gave up after {attempts} tries")

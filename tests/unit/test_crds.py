@@ -1,0 +1,73 @@
+"""The CRD files are generated from the models; they must not drift."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from kcpshard.api import crds
+from kcpshard.api.models import KcpShardSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("name", sorted(crds.render()))
+def test_crd_files_match_the_models(name: str) -> None:
+    on_disk = (REPO / "crds" / name).read_text()
+    assert on_disk == crds.render()[name], f"crds/{name} is stale: run `kcpshard crds`"
+
+
+def _walk(node: object, path: str = "") -> list[str]:
+    """Paths of schema nodes that break the structural-schema rules."""
+    bad = []
+    if isinstance(node, dict):
+        if "$ref" in node or "anyOf" in node or "allOf" in node:
+            bad.append(path)
+        for key, value in node.items():
+            bad += _walk(value, f"{path}.{key}")
+    return bad
+
+
+@pytest.mark.parametrize("crd", [crds.kcpshard_crd(), crds.kcpslot_crd()], ids=["kcpshard", "kcpslot"])
+def test_schemas_are_structural(crd: dict) -> None:
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _walk(schema) == []
+    # every property node carries a type, which a structural schema requires
+    def untyped(node: dict, path: str) -> list[str]:
+        out = [] if "type" in node or node.get("x-kubernetes-preserve-unknown-fields") else [path]
+        for key, sub in node.get("properties", {}).items():
+            out += untyped(sub, f"{path}.{key}")
+        if isinstance(node.get("items"), dict):
+            out += untyped(node["items"], f"{path}[]")
+        return out
+    assert untyped(schema, "") == []
+
+
+def test_shard_schema_has_enums_defaults_and_required() -> None:
+    spec = crds.kcpshard_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["shape"]["enum"] == ["BlueGreen", "Single"]
+    assert spec["properties"]["shape"]["default"] == "BlueGreen"
+    assert set(spec["required"]) == {"kcp", "node", "store", "front"}
+    assert spec["properties"]["front"]["properties"]["port"]["maximum"] == 65535
+    # nested defaults apply only when the parent object is defaulted
+    assert spec["properties"]["roll"]["default"] == {}
+    assert spec["properties"]["roll"]["properties"]["readyTimeoutSeconds"]["default"] == 300
+
+
+def test_crd_names_and_columns() -> None:
+    shard = crds.kcpshard_crd()["spec"]
+    assert shard["names"]["shortNames"] == ["kshard"]
+    assert [c["name"] for c in shard["versions"][0]["additionalPrinterColumns"] if not c.get("priority")] == [
+        "Ready", "Active", "Revision", "Step", "Age"]
+    slot = crds.kcpslot_crd()["spec"]
+    assert [c["name"] for c in slot["versions"][0]["additionalPrinterColumns"] if not c.get("priority")] == [
+        "Shard", "Slot", "Port", "Ready", "Flipped", "Probed", "Age"]
+
+
+def test_example_validates_against_the_model() -> None:
+    doc = yaml.safe_load((REPO / "examples" / "kcpshard.yaml").read_text())
+    spec = KcpShardSpec.model_validate(doc["spec"])
+    assert spec.front.port == 6443
+    with pytest.raises(ValidationError):
+        KcpShardSpec.model_validate({**doc["spec"], "shape": "Purple"})
