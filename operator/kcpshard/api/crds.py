@@ -69,16 +69,20 @@ def _structural(node: Any, defs: dict[str, Any], *, keep_defaults: bool) -> Any:
         # Nested objects built by default_factory get `default: {}` so the API server
         # applies the defaults of their fields, as users expect from `roll: {}` being absent.
         for name, prop in out["properties"].items():
-            if keep_defaults and prop.get("type") == "object" and "properties" in prop and not prop.get(
-                "nullable"
-            ) and name not in out.get("required", []):
+            if (
+                keep_defaults
+                and prop.get("type") == "object"
+                and "properties" in prop
+                and not prop.get("nullable")
+                and name not in out.get("required", [])
+            ):
                 prop.setdefault("default", {})
     return out
 
 
 def schema_of(model: type[BaseModel], *, keep_defaults: bool) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _structural(raw, raw.get("$defs", {}), keep_defaults=keep_defaults)  # type: ignore[no-any-return]
+    return _structural(raw, raw.get("$defs", {}), keep_defaults=keep_defaults)
 
 
 def _crd(

@@ -27,17 +27,17 @@ class Model(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="ignore")
 
 
-class Shape(str, enum.Enum):
+class Shape(enum.StrEnum):
     BLUE_GREEN = "BlueGreen"
     SINGLE = "Single"
 
 
-class DeletionPolicy(str, enum.Enum):
+class DeletionPolicy(enum.StrEnum):
     RETAIN = "Retain"
     DELETE = "Delete"
 
 
-class SlotName(str, enum.Enum):
+class SlotName(enum.StrEnum):
     A = "a"
     B = "b"
 
@@ -47,13 +47,18 @@ class SlotName(str, enum.Enum):
 
 class SecretKeyRef(Model):
     name: Annotated[str, Field(min_length=1, description="Name of a Secret in the shard's namespace.")]
-    key: Annotated[str | None, Field(description="Key in the Secret; the reader's default when empty.")] = None
+    key: Annotated[str | None, Field(description="Key in the Secret; the reader's default when empty.")] = (
+        None
+    )
 
 
 class KcpSpec(Model):
     version: Annotated[
         str,
-        Field(pattern=VERSION_PATTERN, description="kcp version the slot runs, e.g. v0.32.1 (selects the flags)."),
+        Field(
+            pattern=VERSION_PATTERN,
+            description="kcp version the slot runs, e.g. v0.32.1 (selects the flags).",
+        ),
     ]
     binary: Annotated[
         str,
@@ -67,7 +72,9 @@ class KcpSpec(Model):
 
 class EtcdStore(Model):
     endpoints: Annotated[list[str], Field(min_length=1, description="etcd client URLs (--etcd-servers).")]
-    prefix: Annotated[str | None, Field(description="Key prefix inside etcd, when the store is shared.")] = None
+    prefix: Annotated[str | None, Field(description="Key prefix inside etcd, when the store is shared.")] = (
+        None
+    )
     tls_secret_ref: Annotated[
         SecretKeyRef | None,
         Field(alias="tlsSecretRef", description="Secret with ca.crt, tls.crt, tls.key for etcd."),
@@ -77,7 +84,9 @@ class EtcdStore(Model):
 class KineStore(Model):
     endpoint_secret_ref: Annotated[
         SecretKeyRef,
-        Field(alias="endpointSecretRef", description="Secret holding kine's --endpoint (e.g. a postgres DSN)."),
+        Field(
+            alias="endpointSecretRef", description="Secret holding kine's --endpoint (e.g. a postgres DSN)."
+        ),
     ]
 
 
@@ -90,7 +99,8 @@ class StoreSpec(Model):
 
 class FrontSpec(Model):
     address: Annotated[
-        str, Field(min_length=1, description="Address the L4 front (HAProxy) listens on, on the shard's node.")
+        str,
+        Field(min_length=1, description="Address the L4 front (HAProxy) listens on, on the shard's node."),
     ] = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535, description="Port of the front; clients use address:port.")]
 
@@ -102,7 +112,10 @@ class ShardIdentity(Model):
     root: Annotated[bool, Field(description="True for the root shard.")] = True
     cache_kubeconfig_secret_ref: Annotated[
         SecretKeyRef | None,
-        Field(alias="cacheKubeconfigSecretRef", description="Required for a non-root shard (--cache-kubeconfig)."),
+        Field(
+            alias="cacheKubeconfigSecretRef",
+            description="Required for a non-root shard (--cache-kubeconfig).",
+        ),
     ] = None
     root_shard_kubeconfig_secret_ref: Annotated[
         SecretKeyRef | None,
@@ -113,7 +126,9 @@ class ShardIdentity(Model):
     ] = None
     base_url: Annotated[
         str | None,
-        Field(alias="baseURL", description="Shard base URL; https://<front.address>:<front.port> when empty."),
+        Field(
+            alias="baseURL", description="Shard base URL; https://<front.address>:<front.port> when empty."
+        ),
     ] = None
 
 
@@ -147,11 +162,13 @@ class KcpShardSpec(Model):
     ] = 5
     deletion_policy: Annotated[
         DeletionPolicy,
-        Field(alias="deletionPolicy", description="Delete or keep the shared-material Secret with the shard."),
+        Field(
+            alias="deletionPolicy", description="Delete or keep the shared-material Secret with the shard."
+        ),
     ] = DeletionPolicy.RETAIN
 
 
-class ConditionStatus(str, enum.Enum):
+class ConditionStatus(enum.StrEnum):
     TRUE = "True"
     FALSE = "False"
     UNKNOWN = "Unknown"
@@ -178,6 +195,10 @@ class RolloutStatus(Model):
     from_revision: Annotated[str | None, Field(alias="fromRevision")] = None
     target_generation: Annotated[int | None, Field(alias="targetGeneration")] = None
     shape: Shape = Shape.BLUE_GREEN
+    from_holder: Annotated[
+        str | None,
+        Field(alias="fromHolder", description="Lease holder seen before the old slot was stopped."),
+    ] = None
     started_at: Annotated[str, Field(alias="startedAt")]
     step_started_at: Annotated[str | None, Field(alias="stepStartedAt")] = None
     timestamps: Annotated[dict[str, str], Field(description="When each step was reached.")] = Field(
@@ -193,8 +214,8 @@ class RollReport(Model):
     to_revision: Annotated[str | None, Field(alias="toRevision")] = None
     shape: Shape = Shape.BLUE_GREEN
     timestamps: dict[str, str] = Field(default_factory=dict)
-    durations: Annotated[dict[str, float], Field(description="Seconds: startToReady, oldExit, total...")] = Field(
-        default_factory=dict
+    durations: Annotated[dict[str, float], Field(description="Seconds: startToReady, oldExit, total...")] = (
+        Field(default_factory=dict)
     )
     message: str = ""
 
@@ -204,7 +225,9 @@ class FrontStatus(Model):
     desired_port: Annotated[int | None, Field(alias="desiredPort")] = None
     observed_backend: Annotated[str | None, Field(alias="observedBackend")] = None
     observed_port: Annotated[int | None, Field(alias="observedPort")] = None
-    drain: Annotated[str | None, Field(description="Backend whose connections the front should close.")] = None
+    drain: Annotated[str | None, Field(description="Backend whose connections the front should close.")] = (
+        None
+    )
     connections: Annotated[dict[str, int], Field(description="Open connections per backend.")] = Field(
         default_factory=dict
     )
@@ -225,7 +248,9 @@ class KcpSlotSpec(Model):
     shard: Annotated[str, Field(min_length=1)]
     slot: Annotated[SlotName, Field(description="Slot name: a or b (the front has one server each).")]
     revision: Annotated[str, Field(min_length=1, description="Hash of the shard spec this slot runs.")]
-    start: Annotated[int, Field(ge=0, description="Start counter: a re-created slot gets a new Job name.")] = 0
+    start: Annotated[
+        int, Field(ge=0, description="Start counter: a re-created slot gets a new Job name.")
+    ] = 0
 
 
 class KcpSlotStatus(Model):

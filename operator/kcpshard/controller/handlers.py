@@ -1,0 +1,62 @@
+"""kopf handlers: thin. Each KcpShard gets a daemon running its reconcile loop; watch
+events of KcpShards, KcpSlots and slot Jobs wake that loop up."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from kcpshard.api.models import GROUP, VERSION
+from kcpshard.controller.reconciler import OperatorConfig, ShardReconciler
+from kcpshard.controller.settings import configure
+from kcpshard.controller.wakeups import Wakeups
+from kcpshard.k8s import builders
+from kcpshard.k8s.api import ApiClient
+
+Logger = logging.Logger | logging.LoggerAdapter[Any]
+WAKEUPS = Wakeups()
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    configure(settings)
+    memo.api = ApiClient.from_kubeconfig()
+    memo.config = getattr(memo, "config", None) or OperatorConfig()
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    api = getattr(memo, "api", None)
+    if api is not None:
+        await api.aclose()
+
+
+@kopf.daemon(GROUP, VERSION, "kcpshards", cancellation_timeout=5.0)
+async def reconcile_shard(
+    name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Logger, **_: Any
+) -> None:
+    """The shard's reconcile loop, for as long as the shard exists."""
+    assert namespace is not None  # KcpShard is namespaced
+    reconciler = ShardReconciler(memo.api, namespace, name, WAKEUPS, memo.config, logger)
+    try:
+        await reconciler.run(lambda: bool(stopped))
+    finally:
+        WAKEUPS.forget(namespace, name)
+
+
+@kopf.on.event(GROUP, VERSION, "kcpshards")
+def shard_changed(name: str, namespace: str | None, **_: Any) -> None:
+    WAKEUPS.wake(namespace, name)
+
+
+@kopf.on.event(GROUP, VERSION, "kcpslots")
+def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: "slot"})
+def job_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))

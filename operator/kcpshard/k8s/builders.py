@@ -1,0 +1,257 @@
+"""Builders of the Kubernetes objects the operator owns. Pure functions: spec in, dict out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, SlotName
+from kcpshard.kcp.flags import SlotPaths, kcp_start_args
+
+MANAGED_BY = "kcpshard-operator"
+LABEL_SHARD = "kcpshard.dev/shard"
+LABEL_SLOT = "kcpshard.dev/slot"
+LABEL_REVISION = "kcpshard.dev/revision"
+LABEL_COMPONENT = "kcpshard.dev/component"
+STATE_ROOT = "/var/lib/kcpshard"
+AGENT_SERVICE_ACCOUNT = "kcpshard-agent"
+DEFAULT_IMAGE = "ghcr.io/kcpshard/kcpshard:0.1.0"
+# Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
+STOP_MARGIN_SECONDS = 20
+
+
+def shared_secret_name(shard: str) -> str:
+    return f"{shard}-shared"
+
+
+def slot_object_name(shard: str, slot: SlotName) -> str:
+    return f"{shard}-{slot.value}"
+
+
+def slot_job_name(shard: str, slot: SlotName, revision: str, start: int) -> str:
+    # Slot, revision and start counter: a re-created slot never meets an old Job of the same name.
+    return f"{shard}-{slot.value}-{revision[:8]}-{start}"
+
+
+def front_name(shard: str) -> str:
+    return f"{shard}-front"
+
+
+def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "kcp",
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "app.kubernetes.io/instance": shard,
+        LABEL_SHARD: shard,
+        LABEL_COMPONENT: component,
+        **extra,
+    }
+
+
+def owner_reference(owner: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
+    meta = owner["metadata"]
+    return {
+        "apiVersion": owner.get("apiVersion", API_VERSION),
+        "kind": owner["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def shard_state_dir(namespace: str, shard: str) -> str:
+    return f"{STATE_ROOT}/{namespace}/{shard}"
+
+
+def slot_root_dir(namespace: str, shard: str, slot: SlotName) -> str:
+    return f"{shard_state_dir(namespace, shard)}/{slot.value}"
+
+
+def stop_timeout_seconds(spec: KcpShardSpec) -> int:
+    """How long the host agent waits for kcp after SIGTERM before it kills it."""
+    return spec.shutdown_delay_seconds + STOP_MARGIN_SECONDS
+
+
+def kcpslot(shard_obj: dict[str, Any], slot: SlotName, revision: str, start: int) -> dict[str, Any]:
+    meta = shard_obj["metadata"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "KcpSlot",
+        "metadata": {
+            "name": slot_object_name(meta["name"], slot),
+            "namespace": meta["namespace"],
+            "labels": labels(meta["name"], "slot", **{LABEL_SLOT: slot.value, LABEL_REVISION: revision}),
+            "ownerReferences": [owner_reference(shard_obj)],
+        },
+        "spec": {"shard": meta["name"], "slot": slot.value, "revision": revision, "start": start},
+    }
+
+
+def _state_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    volume = {"name": "state", "hostPath": {"path": STATE_ROOT, "type": "DirectoryOrCreate"}}
+    mount = {"name": "state", "mountPath": STATE_ROOT}
+    return volume, mount
+
+
+def _downward_env() -> list[dict[str, Any]]:
+    return [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
+
+
+def slot_job(
+    shard_obj: dict[str, Any],
+    spec: KcpShardSpec,
+    slot_obj: dict[str, Any],
+    *,
+    image: str = DEFAULT_IMAGE,
+    agent_command: tuple[str, ...] = ("kcpshard",),
+) -> dict[str, Any]:
+    """The host-agent Job of one slot: the agent seeds the root, runs kcp and reports on the KcpSlot."""
+    meta = shard_obj["metadata"]
+    shard, namespace = meta["name"], meta["namespace"]
+    slot = SlotName(slot_obj["spec"]["slot"])
+    revision = slot_obj["spec"]["revision"]
+    name = slot_job_name(shard, slot, revision, int(slot_obj["spec"].get("start", 0)))
+    root = slot_root_dir(namespace, shard, slot)
+    paths = SlotPaths(
+        root_dir=root,
+        cache_kubeconfig=f"{root}/cache.kubeconfig" if spec.shard.cache_kubeconfig_secret_ref else None,
+        root_shard_kubeconfig=(
+            f"{root}/root-shard.kubeconfig" if spec.shard.root_shard_kubeconfig_secret_ref else None
+        ),
+    )
+    stop_timeout = stop_timeout_seconds(spec)
+    volume, mount = _state_volume()
+    command = [
+        *agent_command,
+        "agent",
+        "slot",
+        "--namespace",
+        namespace,
+        "--slot",
+        slot_obj["metadata"]["name"],
+        "--secret",
+        shared_secret_name(shard),
+        "--root-dir",
+        root,
+        "--job-name",
+        name,
+        "--stop-timeout",
+        str(stop_timeout),
+        "--",
+        spec.kcp.binary,
+        "start",
+        *kcp_start_args(spec, paths),
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels(shard, "slot", **{LABEL_SLOT: slot.value, LABEL_REVISION: revision}),
+            "ownerReferences": [owner_reference(slot_obj)],
+        },
+        "spec": {
+            # One try: a failed slot is the roll's business, not the Job controller's.
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {
+                    "labels": labels(shard, "slot", **{LABEL_SLOT: slot.value, LABEL_REVISION: revision}),
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeName": spec.node,
+                    "hostNetwork": True,
+                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    # Above kcp's shutdown delay, so kcp drains before the kubelet kills.
+                    "terminationGracePeriodSeconds": stop_timeout + 10,
+                    "containers": [
+                        {
+                            "name": "agent",
+                            "image": spec.kcp.image or image,
+                            "command": command,
+                            "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}],
+                            "volumeMounts": [mount],
+                        }
+                    ],
+                    "volumes": [volume],
+                },
+            },
+        },
+    }
+
+
+def front_deployment(
+    shard_obj: dict[str, Any],
+    spec: KcpShardSpec,
+    *,
+    image: str = DEFAULT_IMAGE,
+    agent_command: tuple[str, ...] = ("kcpshard",),
+) -> dict[str, Any]:
+    """The front workload: the front agent supervising HAProxy on the shard's node."""
+    meta = shard_obj["metadata"]
+    shard, namespace = meta["name"], meta["namespace"]
+    volume, mount = _state_volume()
+    command = [
+        *agent_command,
+        "agent",
+        "front",
+        "--namespace",
+        namespace,
+        "--shard",
+        shard,
+        "--state-dir",
+        f"{shard_state_dir(namespace, shard)}/front",
+    ]
+    pod_labels = labels(shard, "front")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": front_name(shard),
+            "namespace": namespace,
+            "labels": pod_labels,
+            "ownerReferences": [owner_reference(shard_obj)],
+        },
+        "spec": {
+            "replicas": 1,
+            # Two fronts cannot bind one port on one node.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {LABEL_SHARD: shard, LABEL_COMPONENT: "front"}},
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "nodeName": spec.node,
+                    "hostNetwork": True,
+                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    "terminationGracePeriodSeconds": 10,
+                    "containers": [
+                        {
+                            "name": "front",
+                            "image": image,
+                            "command": command,
+                            "env": _downward_env(),
+                            "volumeMounts": [mount],
+                        }
+                    ],
+                    "volumes": [volume],
+                },
+            },
+        },
+    }
+
+
+def shared_secret(shard_obj: dict[str, Any], spec: KcpShardSpec) -> dict[str, Any]:
+    """The shard's root material, filled by its first slot; kept unless deletionPolicy is Delete."""
+    meta = shard_obj["metadata"]
+    metadata: dict[str, Any] = {
+        "name": shared_secret_name(meta["name"]),
+        "namespace": meta["namespace"],
+        "labels": labels(meta["name"], "shared-material"),
+    }
+    if spec.deletion_policy is DeletionPolicy.DELETE:
+        metadata["ownerReferences"] = [owner_reference(shard_obj, controller=False)]
+    return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata, "data": {}}

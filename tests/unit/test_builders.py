@@ -1,0 +1,85 @@
+"""Builders of the operator's Kubernetes objects: pure functions, checked field by field."""
+
+from __future__ import annotations
+
+from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
+from kcpshard.k8s import builders
+
+SPEC = KcpShardSpec.model_validate(
+    {
+        "kcp": {"version": "v0.32.1", "binary": "/usr/local/bin/kcp"},
+        "node": "node-7",
+        "store": {"etcd": {"endpoints": ["http://10.0.0.1:2379"]}},
+        "front": {"address": "127.0.0.1", "port": 6443},
+        "shutdownDelaySeconds": 15,
+    }
+)
+SHARD = {
+    "apiVersion": "kcpshard.dev/v1alpha1",
+    "kind": "KcpShard",
+    "metadata": {"name": "root", "namespace": "kcp", "uid": "shard-uid"},
+}
+
+
+def _slot() -> dict:
+    body = builders.kcpslot(SHARD, SlotName.B, "abcdef1234", start=3)
+    body["metadata"]["uid"] = "slot-uid"
+    return body
+
+
+def test_kcpslot_is_owned_by_its_shard_and_labelled() -> None:
+    body = _slot()
+    assert body["metadata"]["name"] == "root-b"
+    assert body["metadata"]["ownerReferences"][0]["uid"] == "shard-uid"
+    assert body["metadata"]["labels"][builders.LABEL_SHARD] == "root"
+    assert body["spec"] == {"shard": "root", "slot": "b", "revision": "abcdef1234", "start": 3}
+
+
+def test_slot_job_runs_the_agent_on_the_node_with_kcp_after_the_separator() -> None:
+    job = builders.slot_job(SHARD, SPEC, _slot(), agent_command=("kcpshard",))
+    assert job["metadata"]["name"] == "root-b-abcdef12-3"  # slot, revision, start counter
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "slot-uid"
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "node-7"
+    assert pod["hostNetwork"] is True
+    assert pod["restartPolicy"] == "Never"
+    # the kubelet must not kill kcp before its shutdown delay and the agent's report
+    assert pod["terminationGracePeriodSeconds"] > SPEC.shutdown_delay_seconds + 10
+    command = pod["containers"][0]["command"]
+    sep = command.index("--")
+    assert command[:3] == ["kcpshard", "agent", "slot"]
+    assert command[sep + 1 : sep + 3] == ["/usr/local/bin/kcp", "start"]
+    kcp_args = command[sep + 3 :]
+    assert "--root-directory=/var/lib/kcpshard/kcp/root/b" in kcp_args
+    assert "--shard-base-url=https://127.0.0.1:6443" in kcp_args
+    assert pod["volumes"][0]["hostPath"]["path"] == builders.STATE_ROOT
+
+
+def test_every_slot_gets_the_same_shard_urls() -> None:
+    def urls(slot: SlotName) -> list[str]:
+        body = builders.kcpslot(SHARD, slot, "r", 0) | {}
+        body["metadata"]["uid"] = "u"
+        command = builders.slot_job(SHARD, SPEC, body)["spec"]["template"]["spec"]["containers"][0]["command"]
+        return [a for a in command if a.startswith("--shard-") and "url" in a]
+
+    assert urls(SlotName.A) == urls(SlotName.B)
+    assert len(urls(SlotName.A)) == 3
+
+
+def test_front_deployment_recreates_on_the_node() -> None:
+    deployment = builders.front_deployment(SHARD, SPEC)
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["nodeName"] == "node-7" and pod["hostNetwork"] is True
+    assert (
+        deployment["spec"]["selector"]["matchLabels"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+def test_shared_secret_survives_the_shard_unless_asked() -> None:
+    assert "ownerReferences" not in builders.shared_secret(SHARD, SPEC)["metadata"]
+    deleting = SPEC.model_copy(update={"deletion_policy": DeletionPolicy.DELETE})
+    owners = builders.shared_secret(SHARD, deleting)["metadata"]["ownerReferences"]
+    assert owners[0]["uid"] == "shard-uid" and owners[0]["controller"] is False
