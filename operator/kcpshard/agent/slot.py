@@ -1,0 +1,495 @@
+"""`kcpshard agent slot`: the host agent of one KcpSlot (the process of the slot's Job).
+
+It plays, for one kcp process, the part the kubelet plays for a container (`pkg/kubelet/kuberuntime`:
+start, report status, stop with a grace period then SIGKILL), and reports on `KcpSlot.status` what only
+the host can see: the seeded root material, the bound port, the slot's own `/readyz`, the exit.
+Every status write is a read-modify-write (`mutate_status`): the operator writes the same object.
+
+    kcpshard agent slot --namespace NS --slot NAME --secret SECRET --root-dir DIR
+                        [--kubeconfig PATH] [--job-name JOB] [--stop-timeout S] -- <kcp> start <flags...>
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kcpshard.agent import readyz, seed
+from kcpshard.agent.child import Child, describe_exit, exit_code
+from kcpshard.agent.procnet import listening_ports
+from kcpshard.api.conditions import Status, now, set_condition
+from kcpshard.k8s.api import KCPSLOTS, SECRETS, ApiClient, ApiError, Conflict, NotFound
+from kcpshard.k8s.kubeconfig import KubeconfigError
+from kcpshard.k8s.status import mutate_status
+
+log = logging.getLogger("kcpshard.agent.slot")
+
+POLL_FAST = 0.2  # readyz until first ready, and material/port polling
+POLL_SLOW = 1.0  # readyz once ready
+WRITE_TIMEOUT = 10.0  # a status write never holds up stopping kcp
+API_ERRORS = (ApiError, httpx.HTTPError, KubeconfigError, TimeoutError)
+
+
+@dataclass(frozen=True)
+class Cond:
+    type: str
+    status: Status
+    reason: str
+    message: str = ""
+
+
+@dataclass
+class Options:
+    namespace: str
+    slot: str
+    secret: str
+    root_dir: Path
+    command: list[str]
+    kubeconfig: str | None = None
+    job_name: str | None = None
+    stop_timeout: float = 60.0
+    listen_timeout: float = 300.0
+    pod_uid: str | None = field(default=None)
+    pod_name: str | None = field(default=None)
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    argv = list(argv)
+    if "--" not in argv:
+        raise UsageError("the kcp command line must follow `--`")
+    split = argv.index("--")
+    own, command = argv[:split], argv[split + 1 :]
+    if not command:
+        raise UsageError("no kcp command after `--`")
+    parser = argparse.ArgumentParser(prog="kcpshard agent slot", description="Host agent of one KcpSlot.")
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--slot", required=True, help="name of the KcpSlot")
+    parser.add_argument("--secret", required=True, help="the shard's shared-material Secret")
+    parser.add_argument("--root-dir", required=True, type=Path, help="kcp's --root-directory")
+    parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
+    parser.add_argument("--job-name", default=os.environ.get("JOB_NAME"))
+    parser.add_argument("--stop-timeout", type=float, default=60.0, help="SIGTERM to SIGKILL, seconds")
+    parser.add_argument("--listen-timeout", type=float, default=300.0, help="seconds to wait for the port")
+    args = parser.parse_args(own)
+    return Options(
+        namespace=args.namespace,
+        slot=args.slot,
+        secret=args.secret,
+        root_dir=args.root_dir,
+        command=command,
+        kubeconfig=args.kubeconfig,
+        job_name=args.job_name,
+        stop_timeout=args.stop_timeout,
+        listen_timeout=args.listen_timeout,
+        pod_uid=os.environ.get("POD_UID"),
+        pod_name=os.environ.get("POD_NAME"),
+    )
+
+
+def status_change(
+    fields: Mapping[str, Any] | None, conditions: Sequence[Cond], generation: int | None
+) -> Any:
+    """A `mutate_status` function: set `fields` (None removes one) and the conditions."""
+
+    def fn(status: dict[str, Any]) -> dict[str, Any]:
+        for key, value in (fields or {}).items():
+            if value is None:
+                status.pop(key, None)
+            else:
+                status[key] = value
+        conds = status.get("conditions") or []
+        for c in conditions:
+            conds = set_condition(
+                conds, c.type, c.status, c.reason, c.message, observed_generation=generation
+            )
+        status["conditions"] = conds
+        return status
+
+    return fn
+
+
+class Fatal(Exception):
+    """Stop kcp and exit 1; the condition saying why is already written."""
+
+
+class SlotAgent:
+    def __init__(self, opts: Options, api: ApiClient):
+        self.opts = opts
+        self.api = api
+        self.generation: int | None = None
+        self.child: Child | None = None
+        self.stop_requested = asyncio.Event()
+        self.signals = 0
+
+    # -- status ------------------------------------------------------------------------------------------
+
+    async def write(self, fields: Mapping[str, Any] | None = None, *conditions: Cond) -> bool:
+        """One status change; False (logged) when the API server cannot be reached or refuses."""
+        fn = status_change(fields, conditions, self.generation)
+        try:
+            await asyncio.wait_for(
+                mutate_status(self.api, KCPSLOTS, self.opts.namespace, self.opts.slot, fn), WRITE_TIMEOUT
+            )
+            return True
+        except API_ERRORS as exc:
+            log.warning("could not write the status of KcpSlot %s: %s", self.where, exc or type(exc).__name__)
+            return False
+
+    async def persist(self, fields: Mapping[str, Any] | None = None, *conditions: Cond) -> None:
+        """A write that must land (pid, port, the upload): retried until it does or the task is cancelled."""
+        while True:
+            if await self.write(fields, *conditions):
+                return
+            await asyncio.sleep(POLL_SLOW)
+
+    @property
+    def where(self) -> str:
+        return f"{self.opts.namespace}/{self.opts.slot}"
+
+    # -- signals -----------------------------------------------------------------------------------------
+
+    def on_signal(self) -> None:
+        self.signals += 1
+        if self.signals == 1:
+            log.info("stop requested: stopping kcp")
+            self.stop_requested.set()
+        elif self.child is not None:
+            # kcp exits at once on a second signal, as kube-apiserver does (genericapiserver signal handler).
+            log.info("second stop request: forwarding it to kcp")
+            self.child.signal(signal.SIGTERM)
+
+    # -- the program -------------------------------------------------------------------------------------
+
+    async def main(self) -> int:
+        try:
+            slot = await self.api.get(KCPSLOTS, self.opts.namespace, self.opts.slot)
+        except NotFound:
+            return fail(f"KcpSlot {self.where} not found")
+        except API_ERRORS as exc:
+            return fail(f"cannot read KcpSlot {self.where}: {exc}")
+        self.generation = (slot.get("metadata") or {}).get("generation")
+        pod = f" in pod {self.opts.pod_name}" if self.opts.pod_name else ""
+        starting = f"host agent starting{pod}"
+        first = {
+            "podUID": self.opts.pod_uid,
+            "jobName": self.opts.job_name,
+            "startedAt": now(),
+            # A new process: nothing of an earlier start of this slot holds any more.
+            **dict.fromkeys(("pid", "port", "readyAt", "exitedAt", "exitCode")),
+        }
+        conds = [Cond(t, "Unknown", "Starting", starting) for t in ("Seeded", "Listening", "Ready")]
+        if not await self.write(first, *conds):
+            return fail(f"cannot write the status of KcpSlot {self.where}")
+
+        plan, secret = await self.read_secret()
+        if plan is None:
+            return 1
+        if not await self.seed_root(plan):
+            return 1
+        if self.stop_requested.is_set():
+            stopped = Cond("Ready", "False", "Exited", "stopped before kcp started")
+            await self.write({"exitedAt": now()}, stopped)
+            return 0
+        try:
+            self.child = await Child.start(self.opts.command)
+        except OSError as exc:
+            msg = f"cannot start {self.opts.command[0]}: {exc.strerror or exc}"
+            await self.write(None, Cond("Ready", "False", "StartFailed", msg))
+            return fail(msg)
+        log.info("kcp started, pid %d", self.child.pid)
+        return await self.supervise(self.child, plan, secret)
+
+    async def read_secret(self) -> tuple[seed.SeedPlan | None, dict[str, Any]]:
+        name = self.opts.secret
+        try:
+            secret: dict[str, Any] | None = await self.api.get(SECRETS, self.opts.namespace, name)
+        except NotFound:
+            secret = None
+        except API_ERRORS as exc:
+            fail(f"cannot read Secret {self.opts.namespace}/{name}: {exc}")
+            return None, {}
+        try:
+            plan = seed.plan_seed(secret)
+        except seed.SeedError as exc:
+            await self.write(None, Cond("Seeded", "False", "InvalidMaterial", str(exc)))
+            fail(str(exc))
+            return None, {}
+        if plan.kind is seed.SeedKind.SECRET_NOT_FOUND:
+            msg = f"Secret {self.opts.namespace}/{name} not found"
+        elif plan.kind is seed.SeedKind.INCOMPLETE:
+            msg = f"Secret {name} holds only part of the root material; missing: {', '.join(plan.missing)}"
+        else:
+            return plan, secret or {}
+        await self.write(None, Cond("Seeded", "False", plan.kind.value, msg))
+        fail(msg)
+        return None, {}
+
+    async def seed_root(self, plan: seed.SeedPlan) -> bool:
+        try:
+            seed.wipe_root(self.opts.root_dir)
+            if plan.kind is seed.SeedKind.SEEDED:
+                seed.write_material(self.opts.root_dir, plan.files)
+        except (OSError, seed.SeedError) as exc:
+            msg = f"cannot prepare {self.opts.root_dir}: {getattr(exc, 'strerror', None) or exc}"
+            await self.write(None, Cond("Seeded", "False", "RootDirFailed", msg))
+            fail(msg)
+            return False
+        if plan.kind is seed.SeedKind.SEEDED:
+            msg = f"root material copied from Secret {self.opts.secret}"
+        else:
+            msg = "first slot of the shard: kcp generates the root material"
+        log.info("%s", msg)
+        await self.write(None, Cond("Seeded", "True", plan.kind.value, msg))
+        return True
+
+    async def supervise(self, child: Child, plan: seed.SeedPlan, secret: dict[str, Any]) -> int:
+        workers = [asyncio.create_task(self.watch_kcp(child))]
+        if plan.kind is seed.SeedKind.FRESH_START:
+            workers.append(asyncio.create_task(self.upload_material(secret)))
+        exited = asyncio.create_task(child.wait())
+        stop = asyncio.create_task(self.stop_requested.wait())
+        waiting: set[asyncio.Task[Any]] = {exited, stop, *workers}
+        result = 0
+        while True:
+            done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if exited in done or stop in done:
+                break
+            failed = [t for t in done if t.exception() is not None]
+            if failed:
+                exc = failed[0].exception()
+                if not isinstance(exc, Fatal):
+                    log.error("host agent failed: %s", exc)
+                result = 1
+                break
+        for task in workers:
+            task.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
+
+        if exited.done() and not self.stop_requested.is_set() and result == 0:
+            return await self.report_crash(child)
+        stop.cancel()
+        await self.stop_kcp(child)
+        return result
+
+    async def report_crash(self, child: Child) -> int:
+        returncode = child.proc.returncode or 0
+        await child.drained()
+        tail = child.tail()
+        msg = f"kcp exited by itself: {describe_exit(returncode)}"
+        if tail:
+            msg += "; last lines: " + " | ".join(tail)
+        log.error("kcp exited by itself: %s", describe_exit(returncode))
+        child.kill_group()  # anything kcp left behind
+        await self.write(
+            {"exitedAt": now(), "exitCode": exit_code(returncode)},
+            Cond("Ready", "False", "ProcessExited", msg),
+            Cond("Listening", "False", "ProcessExited", "kcp is not running"),
+        )
+        return 1
+
+    async def stop_kcp(self, child: Child) -> None:
+        """SIGTERM, wait up to --stop-timeout, then SIGKILL; report the exit. Works without the API server."""
+        stopping = asyncio.create_task(
+            self.write(None, Cond("Ready", "False", "Stopping", "host agent is stopping kcp"))
+        )
+        child.signal(signal.SIGTERM)
+        try:
+            returncode = await asyncio.wait_for(child.wait(), self.opts.stop_timeout)
+        except TimeoutError:
+            log.warning("kcp did not stop within %ss: killing it", self.opts.stop_timeout)
+            child.kill_group()
+            returncode = await child.wait()
+        child.kill_group()
+        await child.drained()
+        await stopping
+        log.info("kcp stopped: %s", describe_exit(returncode))
+        await self.write(
+            {"exitedAt": now(), "exitCode": exit_code(returncode)},
+            Cond("Ready", "False", "Exited", f"kcp stopped: {describe_exit(returncode)}"),
+            Cond("Listening", "False", "Exited", "kcp is not running"),
+        )
+
+    async def watch_kcp(self, child: Child) -> None:
+        await self.persist({"pid": child.pid})
+        port = await self.wait_for_port(child)
+        await self.persist(
+            {"port": port}, Cond("Listening", "True", "Bound", f"listening on 127.0.0.1:{port}")
+        )
+        log.info("kcp listens on 127.0.0.1:%d", port)
+        await self.watch_ready(port)
+
+    async def wait_for_port(self, child: Child) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.opts.listen_timeout
+        ports: list[int] = []
+        while loop.time() < deadline:
+            try:
+                ports = listening_ports(child.pid)
+            except OSError:
+                ports = []  # the process is gone or going: the exit is reported by the caller
+            if len(ports) == 1:
+                return ports[0]
+            await asyncio.sleep(POLL_FAST / 2)
+        found = ", ".join(map(str, ports)) or "none"
+        msg = f"kcp did not listen on exactly one port within {self.opts.listen_timeout:g}s (found: {found})"
+        await self.write(None, Cond("Listening", "False", "ListenTimeout", msg))
+        log.error("%s", msg)
+        raise Fatal(msg)
+
+    async def watch_ready(self, port: int) -> None:
+        """Poll /readyz: fast until ready, then every second; write only when readiness changes."""
+        client: httpx.AsyncClient | None = None
+        written: bool | None = None  # the readiness last written; None: still Starting
+        try:
+            while True:
+                if client is None:
+                    try:
+                        ca = seed.last_certificate((self.opts.root_dir / "apiserver.crt").read_bytes())
+                        client = readyz.client_for(ca)
+                    except (OSError, seed.SeedError):
+                        await asyncio.sleep(POLL_FAST)
+                        continue
+                result = await readyz.probe(client, port)
+                if result.ok and written is not True:
+                    fields = {"readyAt": now()} if written is None else None
+                    msg = f"readyz ok on 127.0.0.1:{port}"
+                    if await self.write(fields, Cond("Ready", "True", "ReadyzOK", msg)):
+                        log.info("kcp is ready")
+                        written = True
+                elif (
+                    not result.ok
+                    and written is True
+                    and await self.write(None, Cond("Ready", "False", "ReadyzFailing", result.detail))
+                ):
+                    log.warning("kcp is not ready: %s", result.detail)
+                    written = False
+                await asyncio.sleep(POLL_SLOW if written is not None else POLL_FAST)
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    async def upload_material(self, secret: dict[str, Any]) -> None:
+        """Fresh start: once kcp has written the five files, put them into the shard's Secret.
+
+        The PUT carries the resourceVersion read before seeding, so of two fresh slots only one wins; the
+        loser re-reads and accepts the winner's material only when it is the same as its own.
+        """
+        files = await self.wait_for_material()
+        name = self.opts.secret
+        for _ in range(5):
+            try:
+                await self.api.replace(
+                    SECRETS, self.opts.namespace, name, seed.secret_with_material(secret, files)
+                )
+            except Conflict:
+                secret, plan = await self.current_secret()
+            except NotFound:
+                secret, plan = {}, seed.SeedPlan(seed.SeedKind.SECRET_NOT_FOUND)
+            except API_ERRORS as exc:
+                log.warning("could not upload the root material to Secret %s, retrying: %s", name, exc)
+                await asyncio.sleep(POLL_SLOW)
+                continue
+            else:
+                msg = f"root material uploaded to Secret {name}"
+                log.info("%s", msg)
+                await self.persist(None, Cond("Seeded", "True", "FreshStart", msg))
+                return
+            if plan.kind is seed.SeedKind.FRESH_START:
+                continue  # another field of the Secret changed: try again with the new resourceVersion
+            if plan.kind is seed.SeedKind.SEEDED and plan.files == files:
+                same = f"root material is in Secret {name}"
+                await self.persist(None, Cond("Seeded", "True", "FreshStart", same))
+                return
+            if plan.kind is seed.SeedKind.SEEDED:
+                msg = f"Secret {name} got other root material while this slot started fresh; restart the slot"
+            elif plan.kind is seed.SeedKind.SECRET_NOT_FOUND:
+                msg = f"Secret {name} was deleted; cannot upload the root material"
+            else:
+                msg = f"Secret {name} now holds part of the root material; missing: {', '.join(plan.missing)}"
+            await self.write(None, Cond("Seeded", "False", "MaterialConflict", msg))
+            log.error("%s", msg)
+            raise Fatal(msg)
+        msg = f"Secret {name} kept changing; gave up uploading the root material"
+        await self.write(None, Cond("Seeded", "False", "MaterialConflict", msg))
+        raise Fatal(msg)
+
+    async def current_secret(self) -> tuple[dict[str, Any], seed.SeedPlan]:
+        """The Secret now and what it holds; retries while the API server is unreachable."""
+        while True:
+            try:
+                secret = await self.api.get(SECRETS, self.opts.namespace, self.opts.secret)
+                return secret, seed.plan_seed(secret)
+            except NotFound:
+                return {}, seed.SeedPlan(seed.SeedKind.SECRET_NOT_FOUND)
+            except seed.SeedError:
+                return {}, seed.SeedPlan(seed.SeedKind.INCOMPLETE)
+            except API_ERRORS as exc:
+                log.warning("could not read Secret %s, retrying: %s", self.opts.secret, exc)
+                await asyncio.sleep(POLL_SLOW)
+
+    async def wait_for_material(self) -> dict[str, bytes]:
+        """The five files once complete, consistent and unchanged across two polls (kcp has finished them)."""
+        previous: dict[str, bytes] | None = None
+        while True:
+            files = seed.read_material(self.opts.root_dir)
+            if not seed.material_problems(files):
+                if files == previous:
+                    return files
+                previous = files
+            else:
+                previous = None
+            await asyncio.sleep(POLL_FAST)
+
+
+def fail(message: str) -> int:
+    """One clear line for a person, no traceback."""
+    print(f"kcpshard agent slot: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+async def _amain(opts: Options) -> int:
+    try:
+        api = ApiClient.from_kubeconfig(opts.kubeconfig)
+    except KubeconfigError as exc:
+        return fail(str(exc))
+    agent = SlotAgent(opts, api)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, agent.on_signal)
+    try:
+        return await agent.main()
+    finally:
+        if agent.child is not None and agent.child.proc.returncode is None:
+            agent.child.kill_group()  # never leave kcp behind, whatever went wrong
+            with contextlib.suppress(Exception):
+                await agent.child.wait()
+        await api.aclose()
+
+
+def run(argv: list[str]) -> int:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s slot-agent %(levelname)s %(message)s"
+    )
+    # One line per request (a readyz poll every second) would bury what matters.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        opts = parse_args(argv)
+    except UsageError as exc:
+        return fail(str(exc))
+    return asyncio.run(_amain(opts))

@@ -1,0 +1,465 @@
+"""Process tests of the host agent (`kcpshard agent slot`): the real agent program against the emulated API
+server, with the stand-in kcp on a real etcd (or small shell commands where only the exit matters)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import pytest
+
+from kcpshard.agent import seed
+from kcpshard.agent.readyz import client_for
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, SECRETS, ApiClient, Conflict
+from kcpshard.testing.apiserver import EmulatedApiServer
+from kcpshard.testing.etcd import EtcdServer
+from kcpshard.testing.fakekcp import kcp_binary
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+NS = "kcp"
+SHARD = "alpha"
+SECRET = "alpha-shared"
+FAST = {"KCP_FAKE_RSA_BITS": "2048", "KCP_FAKE_STARTUP_SECONDS": "0.2"}
+T = TypeVar("T")
+
+
+async def eventually(what: str, probe: Callable[[], Awaitable[T | None]], seconds: float = 30.0) -> T:
+    """Poll `probe` until it returns something truthy; fail naming `what` at the deadline."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        result = await probe()
+        if result:
+            return result
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def cond(status: dict[str, Any], type_: str) -> tuple[str, str, str] | None:
+    for c in status.get("conditions") or []:
+        if c["type"] == type_:
+            return c["status"], c["reason"], c.get("message", "")
+    return None
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie no longer runs
+    except FileNotFoundError:
+        return True
+
+
+def _log_file(path: Path) -> IO[bytes]:
+    return open(path, "wb")  # the child gets its own copy of the descriptor
+
+
+class Agent:
+    """One `kcpshard agent slot` process, in its own process group, logs in files."""
+
+    def __init__(self, workdir: Path, kubeconfig: Path, slot: str, kcp: Sequence[str], **opts: Any):
+        self.workdir = workdir
+        self.slot = slot
+        self.root = workdir / f"root-{slot}"
+        self.out = workdir / f"agent-{slot}.out"
+        self.err = workdir / f"agent-{slot}.err"
+        self.kubeconfig = kubeconfig
+        self.kcp = [part.replace("{root}", str(self.root)) for part in kcp]
+        self.env: dict[str, str] = opts.get("env") or {}
+        self.stop_timeout = str(opts.get("stop_timeout", 10))
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> Agent:
+        args = [sys.executable, "-m", "kcpshard.cli", "agent", "slot", "--namespace", NS, "--slot", self.slot]
+        args += ["--secret", SECRET, "--root-dir", str(self.root), "--job-name", f"{self.slot}-job-1"]
+        args += ["--stop-timeout", self.stop_timeout, "--", *self.kcp]
+        env = {**os.environ, **FAST, **self.env, "KUBECONFIG": str(self.kubeconfig)}
+        env.update(POD_UID=f"uid-{self.slot}", POD_NAME=f"{self.slot}-pod")
+        with _log_file(self.out) as out, _log_file(self.err) as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                *args,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
+        return self
+
+    async def wait(self, seconds: float = 30.0) -> int:
+        assert self.proc is not None
+        return await asyncio.wait_for(self.proc.wait(), seconds)
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def logs(self) -> str:
+        return self.out.read_text(errors="replace") + self.err.read_text(errors="replace")
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            await self.proc.wait()
+
+
+@pytest.fixture
+async def etcd(tmp_path: Path) -> AsyncIterator[EtcdServer]:
+    async with EtcdServer(tmp_path / "etcd") as server:
+        yield server
+
+
+@pytest.fixture
+async def apiserver(tmp_path: Path) -> AsyncIterator[EmulatedApiServer]:
+    server = EmulatedApiServer(tmp_path / "api", crd_paths=[CRDS / "kcpshards.yaml", CRDS / "kcpslots.yaml"])
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
+    async with ApiClient.from_kubeconfig(apiserver.kubeconfig_path) as client:
+        with contextlib.suppress(Conflict):
+            await client.create(
+                NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
+            )
+        await client.create(KCPSHARDS, NS, shard_body())
+        for slot in ("a", "b"):
+            await client.create(KCPSLOTS, NS, slot_body(slot))
+        yield client
+
+
+@pytest.fixture
+async def agents(
+    tmp_path: Path, apiserver: EmulatedApiServer
+) -> AsyncIterator[Callable[..., Awaitable[Agent]]]:
+    started: list[Agent] = []
+    kcp_pids: list[int] = []
+
+    async def start(slot: str, kcp: Sequence[str], **opts: Any) -> Agent:
+        agent = await Agent(tmp_path, Path(apiserver.kubeconfig_path), slot, kcp, **opts).start()
+        started.append(agent)
+        return agent
+
+    start.kcp_pids = kcp_pids  # type: ignore[attr-defined]
+    yield start
+    for agent in started:
+        await agent.kill()
+    for pid in kcp_pids:  # the agent's death kills kcp (PDEATHSIG); make sure anyway
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+
+
+def shard_body() -> dict[str, Any]:
+    return {
+        "apiVersion": "kcpshard.dev/v1alpha1",
+        "kind": "KcpShard",
+        "metadata": {"name": SHARD, "namespace": NS},
+        "spec": {
+            "kcp": {"version": "v0.32.1"},
+            "node": "local",
+            "store": {"etcd": {"endpoints": ["http://127.0.0.1:2379"]}},
+            "front": {"port": 16443},
+        },
+    }
+
+
+def slot_body(slot: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kcpshard.dev/v1alpha1",
+        "kind": "KcpSlot",
+        "metadata": {"name": f"{SHARD}-{slot}", "namespace": NS},
+        "spec": {"shard": SHARD, "slot": slot, "revision": "r1"},
+    }
+
+
+async def create_secret(api: ApiClient, files: dict[str, bytes]) -> None:
+    data = {name: base64.b64encode(value).decode() for name, value in files.items()}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NS}, "data": data}
+    await api.create(SECRETS, NS, body)
+
+
+async def slot_status(api: ApiClient, slot: str) -> dict[str, Any]:
+    return dict((await api.get(KCPSLOTS, NS, f"{SHARD}-{slot}")).get("status") or {})
+
+
+async def wait_condition(
+    api: ApiClient, slot: str, type_: str, status: str, seconds: float = 30.0
+) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        st = await slot_status(api, slot)
+        found = cond(st, type_)
+        return st if found is not None and found[0] == status else None
+
+    return await eventually(f"{type_}={status} on slot {slot}", probe, seconds)
+
+
+def fake_kcp(etcd: EtcdServer, *extra: str) -> list[str]:
+    return [
+        kcp_binary(),
+        "start",
+        "--root-directory={root}",
+        "--secure-port=0",
+        "--experimental-bind-free-port",
+        f"--etcd-servers={etcd.endpoint}",
+        "--shard-base-url=https://127.0.0.1:16443",
+        "--shutdown-delay-duration=1s",
+        *extra,
+    ]
+
+
+async def readyz(port: int, root: Path) -> int:
+    ca = seed.last_certificate((root / "apiserver.crt").read_bytes())
+    async with client_for(ca) as client:
+        return (await client.get(f"https://127.0.0.1:{port}/readyz")).status_code
+
+
+async def test_fresh_start_uploads_then_second_slot_seeds_then_stop_and_crash(
+    api: ApiClient, etcd: EtcdServer, agents: Any
+) -> None:
+    await create_secret(api, {})
+    a = await agents(f"{SHARD}-a", fake_kcp(etcd))
+
+    st_a = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st_a["pid"])
+    assert cond(st_a, "Ready")[1] == "ReadyzOK"  # type: ignore[index]
+    assert cond(st_a, "Seeded")[:2] == ("True", "FreshStart")  # type: ignore[index]
+    port_a = st_a["port"]
+    assert cond(st_a, "Listening") == ("True", "Bound", f"listening on 127.0.0.1:{port_a}")
+    assert st_a["podUID"] == f"uid-{SHARD}-a" and st_a["jobName"] == f"{SHARD}-a-job-1"
+    assert st_a["startedAt"] and st_a["readyAt"]
+    assert await readyz(port_a, a.root) == 200
+    # kcp's own log passes through the agent's stdout.
+    assert f"Serving securely on 127.0.0.1:{port_a}" in a.out.read_text(errors="replace")
+
+    async def uploaded() -> dict[str, Any] | None:
+        secret = await api.get(SECRETS, NS, SECRET)
+        return secret if seed.plan_seed(secret).kind is seed.SeedKind.SEEDED else None
+
+    secret = await eventually("the root material in the Secret", uploaded)
+    assert seed.plan_seed(secret).files == seed.read_material(a.root)
+    st_a = await eventually(
+        "the upload noted on the slot",
+        lambda: _with(api, "a", lambda s: "uploaded to Secret" in (cond(s, "Seeded") or ("", "", ""))[2]),
+    )
+    assert cond(st_a, "Seeded") == ("True", "FreshStart", f"root material uploaded to Secret {SECRET}")
+
+    b = await agents(f"{SHARD}-b", fake_kcp(etcd))
+    st_b = await wait_condition(api, "b", "Ready", "True")
+    agents.kcp_pids.append(st_b["pid"])
+    assert cond(st_b, "Seeded")[:2] == ("True", "Seeded")  # type: ignore[index]
+    assert st_b["port"] != port_a
+    token_a = seed.shard_admin_token((a.root / "admin.kubeconfig").read_bytes())
+    token_b = seed.shard_admin_token((b.root / "admin.kubeconfig").read_bytes())
+    assert token_a and token_a == token_b
+    assert (a.root / "apiserver.crt").read_bytes() == (b.root / "apiserver.crt").read_bytes()
+    for name in seed.ROOT_FILES:
+        assert (b.root / name).stat().st_mode & 0o077 == 0, name
+    # No token or key in what the agents print.
+    for log in (a.err.read_text(), b.err.read_text()):
+        assert token_a not in log
+
+    # SIGTERM to the agent: kcp stops, the exit is reported, the agent exits 0.
+    a.signal(signal.SIGTERM)
+    assert await a.wait() == 0
+    st_a = await slot_status(api, "a")
+    assert st_a["exitedAt"] and st_a["exitCode"] == 0
+    assert cond(st_a, "Ready")[:2] == ("False", "Exited")  # type: ignore[index]
+    assert pid_gone(st_a["pid"])
+
+    # kcp dies by itself: ProcessExited, and the agent exits 1 (the Job fails).
+    os.kill(st_b["pid"], signal.SIGKILL)
+    assert await b.wait() == 1
+    st_b = await slot_status(api, "b")
+    ready = cond(st_b, "Ready")
+    assert ready is not None and ready[:2] == ("False", "ProcessExited")
+    assert "SIGKILL" in ready[2]
+    assert st_b["exitCode"] == 137 and st_b["exitedAt"]
+
+
+async def _with(api: ApiClient, slot: str, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    st = await slot_status(api, slot)
+    return st if pred(st) else None
+
+
+async def test_incomplete_secret_is_refused_and_kcp_never_starts(api: ApiClient, agents: Any) -> None:
+    files = {"apiserver.crt": b"-----BEGIN CERTIFICATE-----\nsecret-bytes\n", "sa.key": b"secret-key-bytes"}
+    await create_secret(api, files)
+    # The "kcp" here leaves a file when it runs: it must not.
+    a = await agents(f"{SHARD}-a", ["sh", "-c", "touch {root}/kcp-was-started; sleep 30"])
+    assert await a.wait() == 1
+    st = await slot_status(api, "a")
+    seeded = cond(st, "Seeded")
+    assert seeded is not None and seeded[:2] == ("False", "IncompleteMaterial")
+    assert "apiserver.key, .admin-token-store, admin.kubeconfig" in seeded[2]
+    assert "pid" not in st
+    assert not (a.root / "kcp-was-started").exists()
+    assert "secret-bytes" not in a.logs() and "secret-key-bytes" not in a.logs()
+    assert "Traceback" not in a.logs()
+    assert "missing: apiserver.key" in a.err.read_text()
+
+
+async def test_missing_secret(api: ApiClient, agents: Any) -> None:
+    a = await agents(f"{SHARD}-a", ["sh", "-c", "touch {root}/kcp-was-started"])
+    assert await a.wait() == 1
+    seeded = cond(await slot_status(api, "a"), "Seeded")
+    assert seeded is not None and seeded[:2] == ("False", "SecretNotFound")
+    assert not (a.root / "kcp-was-started").exists()
+
+
+async def test_missing_slot_is_one_clear_line(api: ApiClient, agents: Any) -> None:
+    a = await agents("nope", ["true"])
+    assert await a.wait() == 1
+    err = a.err.read_text()
+    assert "KcpSlot kcp/nope not found" in err
+    assert "Traceback" not in err
+
+
+async def test_crash_report_has_the_last_lines_without_tokens(api: ApiClient, agents: Any) -> None:
+    await create_secret(api, {})
+    script = "echo first line >&2; echo 'bearer token abc123xyz' >&2; echo last words >&2; exit 3"
+    a = await agents(f"{SHARD}-a", ["sh", "-c", script])
+    assert await a.wait() == 1
+    st = await slot_status(api, "a")
+    ready = cond(st, "Ready")
+    assert ready is not None and ready[:2] == ("False", "ProcessExited")
+    assert "exit code 3" in ready[2] and "first line" in ready[2] and "last words" in ready[2]
+    assert "abc123xyz" not in ready[2]
+    assert st["exitCode"] == 3
+    assert "last words" in a.out.read_text()  # stderr of kcp passes through to the agent's stdout
+
+
+async def test_two_fresh_slots_cannot_both_upload(api: ApiClient, etcd: EtcdServer, agents: Any) -> None:
+    await create_secret(api, {})
+    started = [await agents(f"{SHARD}-{slot}", fake_kcp(etcd)) for slot in ("a", "b")]
+
+    async def settled() -> list[tuple[str, str, str]] | None:
+        found = [cond(await slot_status(api, slot), "Seeded") for slot in ("a", "b")]
+        done = all(
+            c is not None
+            and ("uploaded" in c[2] or c[1] in ("Seeded", "MaterialConflict") or "is in" in c[2])
+            for c in found
+        )
+        return found if done else None  # type: ignore[return-value]
+
+    seeded = await eventually("both slots settled on the root material", settled)
+    secret = await api.get(SECRETS, NS, SECRET)
+    token = seed.shard_admin_token(seed.plan_seed(secret).files["admin.kubeconfig"])
+    winners = [i for i, c in enumerate(seeded) if c[2] == f"root material uploaded to Secret {SECRET}"]
+    assert len(winners) == 1, seeded
+    for i, (agent, c) in enumerate(zip(started, seeded, strict=True)):
+        mine = seed.shard_admin_token((agent.root / "admin.kubeconfig").read_bytes())
+        if c[1] == "MaterialConflict":  # lost the race with other material: refuses to go on
+            assert c[0] == "False" and mine != token
+            assert await agent.wait() == 1
+        else:
+            assert c[0] == "True" and mine == token, (i, c)
+
+
+async def test_readyz_failing_after_ready_then_exit(api: ApiClient, etcd: EtcdServer, agents: Any) -> None:
+    await create_secret(api, {})
+    a = await agents(f"{SHARD}-a", fake_kcp(etcd, "--shutdown-delay-duration=5s"))
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+    # SIGTERM to kcp itself (not the agent): readyz fails at once while kcp keeps serving for the delay.
+    os.kill(st["pid"], signal.SIGTERM)
+    st = await eventually(
+        "Ready=False ReadyzFailing",
+        lambda: _with(api, "a", lambda s: (cond(s, "Ready") or ("", "", ""))[1] == "ReadyzFailing"),
+    )
+    message = cond(st, "Ready")[2]  # type: ignore[index]
+    assert message.startswith("[-]")
+    assert await a.wait() == 1  # kcp then exited without being asked by the agent
+    st = await slot_status(api, "a")
+    assert cond(st, "Ready")[:2] == ("False", "ProcessExited")  # type: ignore[index]
+    assert st["exitCode"] == 0
+    assert "kcp is not ready: [-]" in a.err.read_text()
+
+
+async def test_stop_timeout_kills_kcp(api: ApiClient, etcd: EtcdServer, agents: Any) -> None:
+    await create_secret(api, {})
+    a = await agents(f"{SHARD}-a", fake_kcp(etcd), env={"KCP_FAKE_IGNORE_SIGTERM": "1"}, stop_timeout=1)
+    # Ready, not just Listening: kcp binds its port before it installs its signal handlers.
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+    a.signal(signal.SIGTERM)
+    assert await a.wait() == 0
+    st = await slot_status(api, "a")
+    assert st["exitCode"] == 137
+    ready = cond(st, "Ready")
+    assert ready is not None and ready[:2] == ("False", "Exited") and "SIGKILL" in ready[2]
+    assert pid_gone(st["pid"])
+
+
+async def test_second_sigterm_is_forwarded(api: ApiClient, etcd: EtcdServer, agents: Any) -> None:
+    await create_secret(api, {})
+    # A shutdown delay and a stop timeout far beyond the test's deadline: only the second signal ends kcp.
+    kcp = fake_kcp(etcd, "--shutdown-delay-duration=120s")
+    a = await agents(f"{SHARD}-a", kcp, stop_timeout=120)
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+    a.signal(signal.SIGTERM)
+    st = await eventually(
+        "Ready=False Stopping",
+        lambda: _with(api, "a", lambda s: cond(s, "Ready")[1] == "Stopping"),  # type: ignore[index]
+    )
+    a.signal(signal.SIGTERM)
+    assert await a.wait(seconds=20) == 0
+    st = await slot_status(api, "a")
+    assert st["exitCode"] == 1  # kcp's exit on a second signal, not the agent's SIGKILL (137)
+    assert cond(st, "Ready")[:2] == ("False", "Exited")  # type: ignore[index]
+
+
+async def test_stop_without_api_server_still_stops_kcp(
+    api: ApiClient, apiserver: EmulatedApiServer, etcd: EtcdServer, agents: Any
+) -> None:
+    await create_secret(api, {})
+    a = await agents(f"{SHARD}-a", fake_kcp(etcd))
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+    await apiserver.stop()
+    a.signal(signal.SIGTERM)
+    assert await a.wait() == 0
+    assert pid_gone(st["pid"])
+    err = a.err.read_text()
+    assert "could not write the status" in err and "kcp stopped: exit code 0" in err
+    assert "Traceback" not in err
+
+
+async def test_kcp_dies_with_the_agent(api: ApiClient, agents: Any) -> None:
+    await create_secret(api, {})
+    a = await agents(f"{SHARD}-a", ["sleep", "600"])
+    st = await eventually("the kcp pid", lambda: _with(api, "a", lambda s: "pid" in s))
+    agents.kcp_pids.append(st["pid"])
+    assert not pid_gone(st["pid"])
+    await a.kill()  # SIGKILL: the agent cannot clean up; PR_SET_PDEATHSIG must
+
+    async def gone() -> bool:
+        return pid_gone(st["pid"])
+
+    assert await eventually("kcp to die with its agent", gone, seconds=10)
+
+
+def test_usage_errors_are_one_line() -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-m", "kcpshard.cli", "agent", "slot", "--namespace", "x"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == "kcpshard agent slot: the kcp command line must follow `--`"
