@@ -1,0 +1,419 @@
+"""A small async Kubernetes REST client on httpx.
+
+Used by the workload runner, the agents and the operator's calls outside kopf. It speaks the plain REST
+protocol of ``k8s.io/apiserver`` (paths of ``staging/src/k8s.io/client-go/rest/request.go``, watch frames of
+``apimachinery/pkg/watch/json``) and turns ``metav1.Status`` error bodies into exceptions.
+``watch_forever`` is a minimal ``client-go/tools/cache`` reflector: list, watch from the list's
+resourceVersion, resume after each watch ends, re-list after 410 Gone and report what changed meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+import httpx
+
+from kcpshard.k8s.kubeconfig import ConnectionConfig, resolve_config
+
+log = logging.getLogger(__name__)
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+
+
+class ApiError(Exception):
+    """A failed API call, from the server's ``metav1.Status`` body.
+
+    ``str()`` carries status, reason and the server's message only: never request bodies, headers or tokens.
+    """
+
+    def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any] | None = None):
+        super().__init__(status, reason, message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.details: Mapping[str, Any] = details or {}
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+
+class NotFound(ApiError):
+    """404."""
+
+
+class Conflict(ApiError):
+    """409: stale resourceVersion or already exists."""
+
+
+class Gone(ApiError):
+    """410: the watch resourceVersion is older than the server's history."""
+
+
+class Invalid(ApiError):
+    """422: validation failed (``details.causes`` lists the fields)."""
+
+
+_ERRORS: dict[int, type[ApiError]] = {404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
+
+
+def error_from_status(code: int, body: Any) -> ApiError:
+    """Build the exception for an HTTP code and a (maybe) ``Status`` body."""
+    if isinstance(body, dict) and body.get("kind") == "Status":
+        code = int(body.get("code") or code)
+        reason, message = str(body.get("reason") or ""), str(body.get("message") or "")
+        details = body.get("details") if isinstance(body.get("details"), dict) else None
+    else:
+        reason, message, details = "", "", None
+    reason = reason or httpx.codes.get_reason_phrase(code).replace(" ", "") or "Unknown"
+    return _ERRORS.get(code, ApiError)(code, reason, message or f"the server answered {code}", details)
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Where a resource lives: ``group`` ("" for core), ``version``, ``plural``."""
+
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """The URL path; ``namespace`` None on a namespaced resource means all namespaces (lists, watches)."""
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+
+PODS = ResourceRef("", "v1", "pods")
+SECRETS = ResourceRef("", "v1", "secrets")
+CONFIGMAPS = ResourceRef("", "v1", "configmaps")
+EVENTS = ResourceRef("", "v1", "events")
+NAMESPACES = ResourceRef("", "v1", "namespaces", namespaced=False)
+SERVICEACCOUNTS = ResourceRef("", "v1", "serviceaccounts")
+JOBS = ResourceRef("batch", "v1", "jobs")
+DEPLOYMENTS = ResourceRef("apps", "v1", "deployments")
+LEASES = ResourceRef("coordination.k8s.io", "v1", "leases")
+KCPSHARDS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpshards")
+KCPSLOTS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpslots")
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _BearerAuth(httpx.Auth):
+    def __init__(self, config: ConnectionConfig):
+        self._config = config
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        token = self._config.current_token()
+        if token:
+            request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+
+def _obj_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+class ApiClient:
+    """Async REST calls against one API server. Use ``from_kubeconfig`` or pass a ``ConnectionConfig``."""
+
+    def __init__(self, config: ConnectionConfig, *, timeout: float = 30.0):
+        self.config = config
+        self._client = httpx.AsyncClient(
+            base_url=config.server,
+            verify=config.ssl_context(),
+            auth=_BearerAuth(config),
+            timeout=httpx.Timeout(timeout),
+            headers={"Accept": "application/json", "User-Agent": "kcpshard"},
+        )
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | Path | None = None, context: str | None = None) -> ApiClient:
+        """``path``, else ``$KUBECONFIG``, else the in-cluster service account."""
+        return cls(resolve_config(path, context))
+
+    @property
+    def default_namespace(self) -> str:
+        return self.config.namespace
+
+    async def __aenter__(self) -> ApiClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One call; returns the decoded JSON body (None when empty), raises ``ApiError`` on >= 400."""
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": content_type} if content is not None else None
+        clean = {k: v for k, v in (params or {}).items() if v is not None}
+        resp = await self._client.request(method, path, params=clean, content=content, headers=headers)
+        decoded = _decode(resp.content)
+        if resp.status_code >= 400:
+            raise error_from_status(resp.status_code, decoded)
+        return decoded
+
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any]:
+        return dict(await self.request("GET", ref.path(namespace, name)))
+
+    async def list(
+        self,
+        ref: ResourceRef,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> dict[str, Any]:
+        params = {"labelSelector": label_selector, "fieldSelector": field_selector}
+        return dict(await self.request("GET", ref.path(namespace), params=params))
+
+    async def create(
+        self, ref: ResourceRef, namespace: str | None, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        return dict(await self.request("POST", ref.path(namespace), body=dict(body)))
+
+    async def replace(
+        self,
+        ref: ResourceRef,
+        namespace: str | None,
+        name: str,
+        body: Mapping[str, Any],
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        return dict(await self.request("PUT", ref.path(namespace, name, subresource), body=dict(body)))
+
+    async def patch(
+        self,
+        ref: ResourceRef,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        kind: Literal["merge", "json", "strategic"] = "merge",
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        path = ref.path(namespace, name, subresource)
+        return dict(await self.request("PATCH", path, body=patch, content_type=PATCH_TYPES[kind]))
+
+    async def delete(
+        self,
+        ref: ResourceRef,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+        propagation_policy: Literal["Background", "Foreground", "Orphan"] | None = None,
+        preconditions: Mapping[str, str] | None = None,
+    ) -> dict[str, Any] | None:
+        """Delete; returns the object when the server keeps it (graceful/finalizers), None on a Status.
+
+        ``NotFound`` is raised: callers decide whether a missing object is fine.
+        """
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        if preconditions:
+            options["preconditions"] = dict(preconditions)
+        # The options go in the query too: servers honour either, the handshake needs gracePeriodSeconds=0.
+        params = {"gracePeriodSeconds": grace_period_seconds, "propagationPolicy": propagation_policy}
+        result = await self.request("DELETE", ref.path(namespace, name), params=params, body=options)
+        if not isinstance(result, dict) or result.get("kind") == "Status":
+            return None
+        return result
+
+    async def create_event(
+        self,
+        involved: Mapping[str, Any],
+        *,
+        reason: str,
+        message: str,
+        type_: Literal["Normal", "Warning"] = "Normal",
+        component: str = "kcpshard",
+    ) -> dict[str, Any]:
+        """Post a core/v1 Event about ``involved`` (as client-go's ``record.EventRecorder`` does)."""
+        meta = involved.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        now = now_rfc3339()
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"),
+                "kind": involved.get("kind"),
+                "name": meta.get("name"),
+                "namespace": meta.get("namespace"),
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        return await self.create(EVENTS, namespace, body)
+
+    async def watch(
+        self,
+        ref: ResourceRef,
+        namespace: str | None = None,
+        *,
+        resource_version: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = False,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``{"type", "object"}`` events until the server ends the stream.
+
+        An ``ERROR`` event raises (``Gone`` for 410). ``BOOKMARK`` events are yielded only when asked for.
+        """
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "timeoutSeconds": timeout_seconds,
+            "allowWatchBookmarks": "true" if allow_bookmarks else None,
+        }
+        clean = {k: v for k, v in params.items() if v is not None}
+        # No read timeout: a quiet watch is normal; the server's timeoutSeconds ends it.
+        timeout = httpx.Timeout(self._client.timeout.connect, read=None)
+        async with self._client.stream("GET", ref.path(namespace), params=clean, timeout=timeout) as resp:
+            if resp.status_code >= 400:
+                raise error_from_status(resp.status_code, _decode(await resp.aread()))
+            async for line in resp.aiter_lines():
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ApiError(500, "InternalError", "malformed watch event from the server") from None
+                if event.get("type") == "ERROR":
+                    obj = event.get("object") or {}
+                    raise error_from_status(int(obj.get("code") or 500), obj)
+                yield event
+
+    async def watch_forever(
+        self,
+        ref: ResourceRef,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        synced: asyncio.Event | None = None,
+        retry_delay: float = 1.0,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """List, then watch with resume; yields ADDED/MODIFIED/DELETED forever (until cancelled).
+
+        The first list yields ADDED for every object, then ``synced`` is set. After 410 Gone it re-lists and
+        yields what changed meanwhile (DELETED for vanished objects, ADDED/MODIFIED for the rest), like an
+        informer. Connection errors are retried after ``retry_delay`` seconds.
+        """
+        known: dict[tuple[str, str], dict[str, Any]] = {}
+        rv: str | None = None
+        while True:
+            try:
+                if rv is None:
+                    listing = await self.list(ref, namespace, label_selector, field_selector)
+                    rv = str((listing.get("metadata") or {}).get("resourceVersion") or "")
+                    for event in _relist_events(known, listing.get("items") or []):
+                        yield event
+                    if synced is not None:
+                        synced.set()
+                async for event in self.watch(
+                    ref,
+                    namespace,
+                    resource_version=rv,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    timeout_seconds=300,
+                    allow_bookmarks=True,
+                ):
+                    obj = event.get("object") or {}
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if event.get("type") == "BOOKMARK":
+                        continue
+                    if event.get("type") == "DELETED":
+                        known.pop(_obj_key(obj), None)
+                    else:
+                        known[_obj_key(obj)] = obj
+                    yield event
+            except Gone:
+                rv = None
+            except (httpx.TransportError, ApiError) as exc:
+                log.warning("watch of %s failed, retrying: %s", ref.plural, exc)
+                await asyncio.sleep(retry_delay)
+
+
+def _relist_events(
+    known: dict[tuple[str, str], dict[str, Any]], items: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    fresh = {_obj_key(o): o for o in items}
+    for key in [k for k in known if k not in fresh]:
+        events.append({"type": "DELETED", "object": known.pop(key)})
+    for key, obj in fresh.items():
+        old = known.get(key)
+        if old is None:
+            events.append({"type": "ADDED", "object": obj})
+        elif (old.get("metadata") or {}).get("resourceVersion") != (obj.get("metadata") or {}).get(
+            "resourceVersion"
+        ):
+            events.append({"type": "MODIFIED", "object": obj})
+        known[key] = obj
+    return events
+
+
+def _decode(content: bytes) -> Any:
+    if not content:
+        return None
+    try:
+        return json.loads(content)
+    except ValueError:
+        return None
