@@ -85,13 +85,15 @@ def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
 @pytest.fixture
 def start_slot(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Slot]]:
     slots: list[Slot] = []
-    spec = KcpShardSpec.model_validate({
-        "kcp": {"version": "v0.32.1"},
-        "node": "local",
-        "store": {"etcd": {"endpoints": [etcd.endpoint]}},
-        "front": {"address": "127.0.0.1", "port": 6443},
-        "shutdownDelaySeconds": 0,
-    })
+    spec = KcpShardSpec.model_validate(
+        {
+            "kcp": {"version": "v0.32.1"},
+            "node": "local",
+            "store": {"etcd": {"endpoints": [etcd.endpoint]}},
+            "front": {"address": "127.0.0.1", "port": 6443},
+            "shutdownDelaySeconds": 0,
+        }
+    )
 
     def start(name: str, seed_from: Slot | None = None, **env: str) -> Slot:
         root = tmp_path / name
@@ -103,7 +105,10 @@ def start_slot(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Slot]
         args = [binary_path(), "start", *kcp_start_args(spec, SlotPaths(root_dir=str(root)))]
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
                 env={**os.environ, **FAST, **env},
             )
         slot = Slot(root, proc, log)

@@ -33,6 +33,7 @@ def _walk(node: object, path: str = "") -> list[str]:
 def test_schemas_are_structural(crd: dict) -> None:
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert _walk(schema) == []
+
     # every property node carries a type, which a structural schema requires
     def untyped(node: dict, path: str) -> list[str]:
         out = [] if "type" in node or node.get("x-kubernetes-preserve-unknown-fields") else [path]
@@ -41,6 +42,7 @@ def test_schemas_are_structural(crd: dict) -> None:
         if isinstance(node.get("items"), dict):
             out += untyped(node["items"], f"{path}[]")
         return out
+
     assert untyped(schema, "") == []
 
 
@@ -59,10 +61,22 @@ def test_crd_names_and_columns() -> None:
     shard = crds.kcpshard_crd()["spec"]
     assert shard["names"]["shortNames"] == ["kshard"]
     assert [c["name"] for c in shard["versions"][0]["additionalPrinterColumns"] if not c.get("priority")] == [
-        "Ready", "Active", "Revision", "Step", "Age"]
+        "Ready",
+        "Active",
+        "Revision",
+        "Step",
+        "Age",
+    ]
     slot = crds.kcpslot_crd()["spec"]
     assert [c["name"] for c in slot["versions"][0]["additionalPrinterColumns"] if not c.get("priority")] == [
-        "Shard", "Slot", "Port", "Ready", "Flipped", "Probed", "Age"]
+        "Shard",
+        "Slot",
+        "Port",
+        "Ready",
+        "Flipped",
+        "Probed",
+        "Age",
+    ]
 
 
 def test_example_validates_against_the_model() -> None:

@@ -23,8 +23,13 @@ def _ca_pem() -> bytes:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     now = datetime.datetime.now(datetime.UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
@@ -40,8 +45,14 @@ def client(handler: Handler) -> KcpClient:
 
 
 def status(code: int, reason: str, message: str) -> httpx.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": reason, "message": message,
-            "code": code}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "reason": reason,
+        "message": message,
+        "code": code,
+    }
     return httpx.Response(code, json=body)
 
 
@@ -76,7 +87,7 @@ async def test_lease_get_and_delete() -> None:
         assert req.headers["authorization"] == f"Bearer {TOKEN}"
         if req.method == "GET":
             return httpx.Response(200, json=lease)
-        return status(404, "NotFound", "leases.coordination.k8s.io \"kcp-controllers\" not found")
+        return status(404, "NotFound", 'leases.coordination.k8s.io "kcp-controllers" not found')
 
     async with client(handler) as c:
         assert await c.get_lease() == lease
@@ -107,13 +118,15 @@ async def test_a_server_echoing_the_token_is_redacted() -> None:
 
 
 async def test_wait_for_holder_skips_old_holder_and_retries_errors() -> None:
-    answers = iter([
-        httpx.Response(200, json={"spec": {"holderIdentity": "old_1"}}),
-        status(503, "ServiceUnavailable", "etcd down"),
-        status(404, "NotFound", "gone"),
-        httpx.Response(200, json={"spec": {}}),
-        httpx.Response(200, json={"spec": {"holderIdentity": "new_2"}}),
-    ])
+    answers = iter(
+        [
+            httpx.Response(200, json={"spec": {"holderIdentity": "old_1"}}),
+            status(503, "ServiceUnavailable", "etcd down"),
+            status(404, "NotFound", "gone"),
+            httpx.Response(200, json={"spec": {}}),
+            httpx.Response(200, json={"spec": {"holderIdentity": "new_2"}}),
+        ]
+    )
 
     async with client(lambda req: next(answers)) as c:
         assert await c.wait_for_holder("old_1", timeout=5, poll=0.001) == "new_2"

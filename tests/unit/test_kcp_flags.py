@@ -26,8 +26,12 @@ def spec(version: str = "v0.32.1", **over: Any) -> KcpShardSpec:
 
 
 def nonroot(version: str = "v0.32.1", **over: Any) -> KcpShardSpec:
-    shard = {"name": "beta", "root": False, "cacheKubeconfigSecretRef": {"name": "c"},
-             "rootShardKubeconfigSecretRef": {"name": "r"}}
+    shard = {
+        "name": "beta",
+        "root": False,
+        "cacheKubeconfigSecretRef": {"name": "c"},
+        "rootShardKubeconfigSecretRef": {"name": "r"},
+    }
     return spec(version, shard=shard, **over)
 
 
@@ -38,11 +42,27 @@ def names(args: list[str]) -> list[str]:
 def test_every_flag_row_is_covered_by_a_test() -> None:
     owned = {f for row in ROWS for f in row.flags}
     assert owned == {
-        "secure-port", "experimental-bind-free-port", "bind-address", "root-directory", "etcd-servers",
-        "etcd-prefix", "etcd-cafile", "etcd-certfile", "etcd-keyfile", "shard-name", "shard-base-url",
-        "shard-external-url", "shard-virtual-workspace-url", "external-hostname", "enable-leader-election",
-        "shutdown-delay-duration", "shutdown-send-retry-after", "shutdown-watch-termination-grace-period",
-        "cache-kubeconfig", "root-shard-kubeconfig-file", "feature-gates",
+        "secure-port",
+        "experimental-bind-free-port",
+        "bind-address",
+        "root-directory",
+        "etcd-servers",
+        "etcd-prefix",
+        "etcd-cafile",
+        "etcd-certfile",
+        "etcd-keyfile",
+        "shard-name",
+        "shard-base-url",
+        "shard-external-url",
+        "shard-virtual-workspace-url",
+        "external-hostname",
+        "enable-leader-election",
+        "shutdown-delay-duration",
+        "shutdown-send-retry-after",
+        "shutdown-watch-termination-grace-period",
+        "cache-kubeconfig",
+        "root-shard-kubeconfig-file",
+        "feature-gates",
     }
 
 
@@ -90,7 +110,9 @@ def test_kine_store_uses_the_override_and_no_etcd_flags() -> None:
 
 def test_kine_args_bind_a_free_loopback_port() -> None:
     assert kine_args("postgres://u:p@db/kcp") == [
-        "--endpoint=postgres://u:p@db/kcp", "--listen-address=127.0.0.1:0", "--metrics-bind-address=0",
+        "--endpoint=postgres://u:p@db/kcp",
+        "--listen-address=127.0.0.1:0",
+        "--metrics-bind-address=0",
     ]
 
 
@@ -122,8 +144,9 @@ def test_every_slot_gets_the_same_args_apart_from_its_root() -> None:
     ]
 
 
-@pytest.mark.parametrize(("version", "present"), [("v0.26.0", True), ("v0.30.9", True), ("v0.31.0", False),
-                                                  ("v0.33.0", False)])
+@pytest.mark.parametrize(
+    ("version", "present"), [("v0.26.0", True), ("v0.30.9", True), ("v0.31.0", False), ("v0.33.0", False)]
+)
 def test_external_hostname_only_before_v0_31(version: str, present: bool) -> None:
     args = kcp_start_args(spec(version), PATHS)
     assert ("--external-hostname=10.0.0.5" in args) is present
@@ -158,8 +181,10 @@ def test_cache_kubeconfig_only_for_non_root() -> None:
         kcp_start_args(nonroot(), SlotPaths(root_dir=ROOT, root_shard_kubeconfig="/r"))
 
 
-@pytest.mark.parametrize(("version", "present"), [("v0.26.0", True), ("v0.32.9", True), ("v0.33.0", False),
-                                                  ("v0.33.0-rc.1", False), ("v0.33.4", False)])
+@pytest.mark.parametrize(
+    ("version", "present"),
+    [("v0.26.0", True), ("v0.32.9", True), ("v0.33.0", False), ("v0.33.0-rc.1", False), ("v0.33.4", False)],
+)
 def test_root_shard_kubeconfig_for_non_root_up_to_v0_32(version: str, present: bool) -> None:
     args = kcp_start_args(nonroot(version), PATHS)
     assert ("--root-shard-kubeconfig-file=/x/root.kubeconfig" in args) is present
@@ -183,6 +208,7 @@ def test_unknown_version_is_refused() -> None:
 
 
 # validate()
+
 
 def test_valid_specs_have_no_messages() -> None:
     assert validate(spec()) == []
@@ -213,19 +239,35 @@ def test_validate_non_root_root_shard_kubeconfig_by_version() -> None:
 
 def test_validate_root_flag_matches_name() -> None:
     assert any("must be named root" in m for m in validate(spec(shard={"name": "beta", "root": True})))
-    odd = {"name": "root", "root": False, "cacheKubeconfigSecretRef": {"name": "c"},
-           "rootShardKubeconfigSecretRef": {"name": "r"}}
+    odd = {
+        "name": "root",
+        "root": False,
+        "cacheKubeconfigSecretRef": {"name": "c"},
+        "rootShardKubeconfigSecretRef": {"name": "r"},
+    }
     assert any("may not be named root" in m for m in validate(spec(shard=odd)))
 
 
-@pytest.mark.parametrize("url", ["http://kcp.example.com", "https://", "https://kcp.example.com/clusters/root"])
+@pytest.mark.parametrize(
+    "url", ["http://kcp.example.com", "https://", "https://kcp.example.com/clusters/root"]
+)
 def test_validate_base_url(url: str) -> None:
     assert any("baseURL" in m for m in validate(spec(shard={"baseURL": url})))
 
 
-@pytest.mark.parametrize("arg", ["--secure-port=6443", "--root-directory=/tmp/x", "--shard-base-url=https://x",
-                                 "--enable-leader-election=false", "--etcd-servers", "--feature-gates=A=true",
-                                 "--leader-election-name=other", "-bind-address=0.0.0.0"])
+@pytest.mark.parametrize(
+    "arg",
+    [
+        "--secure-port=6443",
+        "--root-directory=/tmp/x",
+        "--shard-base-url=https://x",
+        "--enable-leader-election=false",
+        "--etcd-servers",
+        "--feature-gates=A=true",
+        "--leader-election-name=other",
+        "-bind-address=0.0.0.0",
+    ],
+)
 def test_validate_refuses_reserved_extra_args(arg: str) -> None:
     msgs = validate(spec(extraArgs=[arg, "value"] if "=" not in arg else [arg]))
     name = arg.lstrip("-").split("=")[0]

@@ -32,17 +32,28 @@ def admin_kubeconfig(base: str = "https://10.0.0.5:6443", newer: bool = True) ->
         {"name": "base", "context": {"cluster": "base", "user": "kcp-admin"}},
     ]
     if newer:
-        clusters.append({"name": "system:admin", "cluster": {"server": f"{base}/clusters/system:admin",
-                                                             "certificate-authority-data": ca}})
-        contexts += [{"name": "system:admin", "context": {"cluster": "system:admin", "user": "shard-admin"}},
-                     {"name": "shard-base", "context": {"cluster": "base", "user": "shard-admin"}}]
+        clusters.append(
+            {
+                "name": "system:admin",
+                "cluster": {"server": f"{base}/clusters/system:admin", "certificate-authority-data": ca},
+            }
+        )
+        contexts += [
+            {"name": "system:admin", "context": {"cluster": "system:admin", "user": "shard-admin"}},
+            {"name": "shard-base", "context": {"cluster": "base", "user": "shard-admin"}},
+        ]
     else:
         contexts.append({"name": "system:admin", "context": {"cluster": "base", "user": "shard-admin"}})
     return {
-        "apiVersion": "v1", "kind": "Config", "clusters": clusters, "contexts": contexts,
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": clusters,
+        "contexts": contexts,
         "current-context": "root",
-        "users": [{"name": "kcp-admin", "user": {"token": KCP_TOKEN}},
-                  {"name": "shard-admin", "user": {"token": SHARD_TOKEN}}],
+        "users": [
+            {"name": "kcp-admin", "user": {"token": KCP_TOKEN}},
+            {"name": "shard-admin", "user": {"token": SHARD_TOKEN}},
+        ],
     }
 
 
@@ -93,11 +104,14 @@ def test_from_file_errors_are_short(tmp_path: Any) -> None:
     assert shard_admin_from_file(str(path)).token == SHARD_TOKEN
 
 
-@pytest.mark.parametrize(("server", "base"), [
-    ("https://h:6443/clusters/root", "https://h:6443"),
-    ("https://h:6443", "https://h:6443"),
-    ("https://h:6443/prefix/clusters/system:admin", "https://h:6443/prefix"),
-])
+@pytest.mark.parametrize(
+    ("server", "base"),
+    [
+        ("https://h:6443/clusters/root", "https://h:6443"),
+        ("https://h:6443", "https://h:6443"),
+        ("https://h:6443/prefix/clusters/system:admin", "https://h:6443/prefix"),
+    ],
+)
 def test_base_url(server: str, base: str) -> None:
     assert base_url(server) == base
 

@@ -20,8 +20,17 @@ def test_parse_rejects_garbage(bad: str) -> None:
 
 
 def test_semver_ordering_with_prereleases() -> None:
-    ordered = ["v0.32.0", "v0.32.1", "v0.33.0-alpha.1", "v0.33.0-rc.1", "v0.33.0-rc.2", "v0.33.0-rc.10",
-               "v0.33.0", "v0.33.1", "v1.0.0"]
+    ordered = [
+        "v0.32.0",
+        "v0.32.1",
+        "v0.33.0-alpha.1",
+        "v0.33.0-rc.1",
+        "v0.33.0-rc.2",
+        "v0.33.0-rc.10",
+        "v0.33.0",
+        "v0.33.1",
+        "v1.0.0",
+    ]
     versions = [Version.parse(v) for v in ordered]
     assert sorted(reversed(versions)) == versions
     assert Version.parse("v0.33.0-rc.1") < Version.parse("v0.33.0")
@@ -45,10 +54,19 @@ def test_never_matches_nothing() -> None:
     assert "v0.32.1" not in SemverRange.never()
 
 
-@pytest.mark.parametrize(("version", "ok"), [
-    ("v0.26.0", True), ("v0.32.1", True), ("v0.33.9", True), ("v0.33.0-rc.1", True),
-    ("v0.25.9", False), ("v0.34.0", False), ("v1.0.0", False), ("garbage", False),
-])
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [
+        ("v0.26.0", True),
+        ("v0.32.1", True),
+        ("v0.33.9", True),
+        ("v0.33.0-rc.1", True),
+        ("v0.25.9", False),
+        ("v0.34.0", False),
+        ("v1.0.0", False),
+        ("garbage", False),
+    ],
+)
 def test_known(version: str, ok: bool) -> None:
     assert known(version) is ok
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RollReport, RolloutStatus, SlotName
+from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, RollReport, SlotName
 from kcpshard.roll import plan
 from kcpshard.roll.plan import Step
 from kcpshard.roll.revision import revision_of
@@ -226,6 +226,9 @@ def test_stopping_old_deletes_its_job_once_then_waits_for_its_exit() -> None:
     assert plan.next_action(observe(status, {A: slot(A, "old"), B: new})) == plan.StopSlot(A)
     stopping = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True))
     assert isinstance(plan.next_action(observe(status, {A: stopping, B: new})), plan.Wait)
+    # the Job is gone at once, but its pod still runs kcp's shutdown delay
+    draining = slot(A, "old", job=None, live_pods=1)
+    assert isinstance(plan.next_action(observe(status, {A: draining, B: new})), plan.Wait)
     exited = slot(A, "old", exited_at="2026-12-01T12:00:09Z")
     action = plan.next_action(observe(status, {A: exited, B: new}))
     assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE

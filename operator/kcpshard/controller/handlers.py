@@ -58,5 +58,6 @@ def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> 
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: "slot"})
-def job_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+@kopf.on.event("", "v1", "pods", labels={builders.LABEL_COMPONENT: "slot"})
+def workload_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))

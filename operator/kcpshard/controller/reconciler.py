@@ -22,7 +22,17 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, RollReport, SlotName
 from kcpshard.controller.wakeups import Wakeups
 from kcpshard.k8s import builders
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, SECRETS, ApiClient, ApiError, NotFound
+from kcpshard.k8s.api import (
+    DEPLOYMENTS,
+    JOBS,
+    KCPSHARDS,
+    KCPSLOTS,
+    PODS,
+    SECRETS,
+    ApiClient,
+    ApiError,
+    NotFound,
+)
 from kcpshard.k8s.status import mutate_status
 from kcpshard.kcp import flags as kcp_flags
 from kcpshard.kcp.client import KcpClient
@@ -137,6 +147,15 @@ class ShardReconciler:
             JOBS, self.namespace, label_selector=f"{selector},{builders.LABEL_COMPONENT}=slot"
         )
         jobs = {job["metadata"]["name"]: job for job in job_list.get("items", [])}
+        pod_list = await self.api.list(
+            PODS, self.namespace, label_selector=f"{selector},{builders.LABEL_COMPONENT}=slot"
+        )
+        live_pods: dict[str, int] = {}
+        for pod in pod_list.get("items", []):
+            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                pod_labels = pod["metadata"].get("labels", {})
+                key = f"{pod_labels.get(builders.LABEL_SLOT)}/{pod_labels.get(builders.LABEL_REVISION)}"
+                live_pods[key] = live_pods.get(key, 0) + 1
         views: dict[SlotName, plan.SlotView] = {}
         for obj in slot_list.get("items", []):
             spec, status = obj.get("spec", {}), obj.get("status") or {}
@@ -156,6 +175,7 @@ class ShardReconciler:
                 ready_at=status.get("readyAt"),
                 deleting=bool(obj["metadata"].get("deletionTimestamp")),
                 job=_job_view(job) if job else None,
+                live_pods=live_pods.get(f"{slot.value}/{spec['revision']}", 0),
             )
         return views
 

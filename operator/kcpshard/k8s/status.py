@@ -41,4 +41,6 @@ async def mutate_status(
             return await api.replace(ref, namespace, name, body, subresource="status")
         except Conflict:
             continue
-    raise Conflict(409, "Conflict", f"status of {ref.plural}/{name} kept changing; gave up after {attempts} tries")
+    raise Conflict(
+        409, "Conflict", f"status of {ref.plural}/{name} kept changing; gave up after {attempts} tries"
+    )

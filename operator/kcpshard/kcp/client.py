@@ -169,9 +169,7 @@ class KcpClient:
         return await self._json("DELETE", LEASE_PATH) is not None
 
     # A plain `timeout` (not asyncio.timeout) so that KcpTimeout can say what was seen last.
-    async def wait_for_holder(
-        self, not_holder: str | None, timeout: float, poll: float = 0.2  # noqa: ASYNC109
-    ) -> str:
+    async def wait_for_holder(self, not_holder: str | None, timeout: float, poll: float = 0.2) -> str:
         """Wait until the lease names a holder other than `not_holder`; returns that holderIdentity."""
         last = "no lease"
 
@@ -212,9 +210,7 @@ class KcpClient:
         """Delete a workspace; absent is fine."""
         await self._json("DELETE", f"{WORKSPACES_PATH}/{_seg(name)}")
 
-    async def wait_workspace_ready(
-        self, name: str, timeout: float, poll: float = 0.2  # noqa: ASYNC109
-    ) -> dict[str, Any]:
+    async def wait_workspace_ready(self, name: str, timeout: float, poll: float = 0.2) -> dict[str, Any]:
         ws, _ = await self._wait_ready(name, timeout, poll)
         return ws
 
@@ -246,7 +242,7 @@ class KcpClient:
                 return False
             await asyncio.sleep(poll)
 
-    async def probe(self, name_prefix: str, timeout: float, poll: float = 0.2) -> ProbeResult:  # noqa: ASYNC109
+    async def probe(self, name_prefix: str, timeout: float, poll: float = 0.2) -> ProbeResult:
         """Create a workspace, wait until Ready, delete it and wait until it is gone (within `timeout`).
 
         Proves the controllers run (only the leader moves a workspace to Ready). The workspace is deleted

@@ -141,14 +141,26 @@ ROWS: tuple[FlagRow, ...] = (
         lambda c: ["--secure-port=0", "--experimental-bind-free-port"],
         "bind a free port (two slots of one shard run side by side); kcp validates --secure-port=0 with it",
     ),
-    FlagRow(("bind-address",), ALL, lambda c: [f"--bind-address={SLOT_BIND_ADDRESS}"],
-            "listen on loopback only; the front on the same node is the only way in"),
-    FlagRow(("root-directory",), ALL, lambda c: [f"--root-directory={c.paths.root_dir}"],
-            "the slot's own root directory, seeded with the shard's root material"),
+    FlagRow(
+        ("bind-address",),
+        ALL,
+        lambda c: [f"--bind-address={SLOT_BIND_ADDRESS}"],
+        "listen on loopback only; the front on the same node is the only way in",
+    ),
+    FlagRow(
+        ("root-directory",),
+        ALL,
+        lambda c: [f"--root-directory={c.paths.root_dir}"],
+        "the slot's own root directory, seeded with the shard's root material",
+    ),
     FlagRow(("etcd-servers",), ALL, _etcd_servers, "the shared store (or the slot's kine)"),
     FlagRow(("etcd-prefix",), ALL, _etcd_prefix, "the store's key prefix, when set"),
-    FlagRow(("etcd-cafile", "etcd-certfile", "etcd-keyfile"), ALL, _etcd_tls,
-            "etcd client TLS from store.etcd.tlsSecretRef"),
+    FlagRow(
+        ("etcd-cafile", "etcd-certfile", "etcd-keyfile"),
+        ALL,
+        _etcd_tls,
+        "etcd client TLS from store.etcd.tlsSecretRef",
+    ),
     FlagRow(("shard-name",), ALL, lambda c: [f"--shard-name={c.spec.shard.name}"], "the shard's name"),
     FlagRow(
         ("shard-base-url", "shard-external-url", "shard-virtual-workspace-url"),
@@ -156,15 +168,30 @@ ROWS: tuple[FlagRow, ...] = (
         _shard_urls,
         "kcp rewrites its Shard object from these at start-up: every slot must name the front",
     ),
-    FlagRow(("external-hostname",), R(">=0.26.0 <0.31.0"), _external_hostname,
-            "the front host for generated URLs; a no-op since v0.31.0"),
-    FlagRow(("enable-leader-election",), ALL, lambda c: ["--enable-leader-election"],
-            "two slots side by side must not both run the controllers"),
-    FlagRow(("shutdown-delay-duration",), ALL,
-            lambda c: [f"--shutdown-delay-duration={c.spec.shutdown_delay_seconds}s"],
-            "keep serving after SIGTERM while the front moves away"),
-    FlagRow(("shutdown-send-retry-after",), ALL, lambda c: ["--shutdown-send-retry-after=true"],
-            "during shutdown answer 429 + Retry-After + Connection: close so clients move to the new slot"),
+    FlagRow(
+        ("external-hostname",),
+        R(">=0.26.0 <0.31.0"),
+        _external_hostname,
+        "the front host for generated URLs; a no-op since v0.31.0",
+    ),
+    FlagRow(
+        ("enable-leader-election",),
+        ALL,
+        lambda c: ["--enable-leader-election"],
+        "two slots side by side must not both run the controllers",
+    ),
+    FlagRow(
+        ("shutdown-delay-duration",),
+        ALL,
+        lambda c: [f"--shutdown-delay-duration={c.spec.shutdown_delay_seconds}s"],
+        "keep serving after SIGTERM while the front moves away",
+    ),
+    FlagRow(
+        ("shutdown-send-retry-after",),
+        ALL,
+        lambda c: ["--shutdown-send-retry-after=true"],
+        "during shutdown answer 429 + Retry-After + Connection: close so clients move to the new slot",
+    ),
     FlagRow(
         ("shutdown-watch-termination-grace-period",),
         # Not in kcp's allow-list (pkg/server/options/flags.go) in any release checked, so kcp rejects it
@@ -174,8 +201,12 @@ ROWS: tuple[FlagRow, ...] = (
         "drain watches on shutdown",
     ),
     FlagRow(("cache-kubeconfig",), ALL, _cache_kubeconfig, "non-root shards reach the cache server"),
-    FlagRow(("root-shard-kubeconfig-file",), R(">=0.26.0 <0.33.0"), _root_shard_kubeconfig,
-            "non-root shards up to v0.32 read core APIExport identities from the root shard"),
+    FlagRow(
+        ("root-shard-kubeconfig-file",),
+        R(">=0.26.0 <0.33.0"),
+        _root_shard_kubeconfig,
+        "non-root shards up to v0.32 read core APIExport identities from the root shard",
+    ),
     FlagRow(("feature-gates",), ALL, _feature_gates, "spec.featureGates, sorted"),
 )
 
@@ -304,8 +335,11 @@ def validate(spec: KcpShardSpec) -> list[str]:
     if not shard.root:
         if shard.cache_kubeconfig_secret_ref is None:
             msgs.append("a non-root shard needs shard.cacheKubeconfigSecretRef (kcp --cache-kubeconfig)")
-        if version is not None and version in _row("root-shard-kubeconfig-file").versions \
-                and shard.root_shard_kubeconfig_secret_ref is None:
+        if (
+            version is not None
+            and version in _row("root-shard-kubeconfig-file").versions
+            and shard.root_shard_kubeconfig_secret_ref is None
+        ):
             msgs.append(
                 f"a non-root shard on kcp {version} needs shard.rootShardKubeconfigSecretRef "
                 "(kcp --root-shard-kubeconfig-file, required up to v0.32)"

@@ -58,6 +58,7 @@ class SlotView:
     ready_at: str | None = None
     deleting: bool = False
     job: JobView | None = None
+    live_pods: int = 0
 
     def true(self, type_: str) -> bool:
         return cond.is_true(self.conditions, type_)
@@ -68,8 +69,15 @@ class SlotView:
 
     @property
     def gone(self) -> bool:
-        """Its process has ended: reported exited, or its Job finished or vanished."""
-        return self.exited_at is not None or self.job is None or self.job.finished
+        """Its process has ended: its agent reported the exit, or no pod of it runs any more.
+
+        A deleted Job vanishes at once while its pod still runs kcp's shutdown delay, so
+        the Job alone says nothing about the process.
+        """
+        if self.exited_at is not None:
+            return True
+        job_done = self.job is None or self.job.finished
+        return job_done and self.live_pods == 0
 
 
 @dataclass(frozen=True)

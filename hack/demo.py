@@ -1,0 +1,161 @@
+"""`make demo`: a full blue/green roll of a kcp shard on this machine, shown step by step.
+
+Starts the development environment and the operator, applies examples/kcpshard.yaml with
+the real kubectl, waits until the shard serves through the front, changes its spec, shows
+the roll as it advances, prints the roll report, and shuts everything down.
+Set KCP_BINARY to a real kcp to run on it instead of the stand-in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kcpshard.api import conditions as cond
+from kcpshard.api.conditions import SLOT_STEPS
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
+from kcpshard.testing.load import KubeStyleLoad
+from kcpshard.testing.stack import Stack, running_stack, wait_for
+from kcpshard.testing.tcp import free_port
+
+REPO = Path(__file__).resolve().parents[1]
+NAME = "root"
+
+
+def say(text: str) -> None:
+    print(f"\n=== {text}", flush=True)
+
+
+def show(stack: Stack, *args: str) -> None:
+    print(f"$ kubectl {' '.join(args)}", flush=True)
+    result = stack.kubectl(*args, check=False)
+    print((result.stdout + result.stderr).rstrip(), flush=True)
+
+
+def manifest(stack: Stack, front_port: int) -> str:
+    doc = yaml.safe_load((REPO / "examples" / "kcpshard.yaml").read_text())
+    doc["spec"]["store"]["etcd"]["endpoints"] = [stack.info.etcd_endpoint]
+    doc["spec"]["front"]["port"] = front_port
+    if os.environ.get("KCP_BINARY"):
+        doc["spec"]["kcp"]["binary"] = os.environ["KCP_BINARY"]
+    return yaml.safe_dump(doc)
+
+
+def _state(shard: dict[str, Any], slots: list[dict[str, Any]]) -> str:
+    status = shard.get("status") or {}
+    step = (status.get("rollout") or {}).get("step", "-")
+    parts = [f"step={step:<16} active={status.get('activeSlot')}"]
+    for slot in sorted(slots, key=lambda s: s["spec"]["slot"]):
+        conditions = (slot.get("status") or {}).get("conditions")
+        done = [t for t in SLOT_STEPS if cond.is_true(conditions, t)]
+        parts.append(f"slot {slot['spec']['slot']}: {','.join(done) or '-'}")
+    return " | ".join(parts)
+
+
+async def follow(stack: Stack, until: str, timeout: float) -> dict[str, Any]:
+    """Print each change of the roll's step and the slots' conditions until `until` holds."""
+    start = time.monotonic()
+    last = ""
+    while time.monotonic() - start < timeout:
+        shard = await stack.api.get(KCPSHARDS, "default", NAME)
+        slots = (await stack.api.list(KCPSLOTS, "default"))["items"]
+        state = _state(shard, slots)
+        if state != last:
+            print(f"  +{time.monotonic() - start:5.1f}s  {state}", flush=True)
+            last = state
+        status = shard.get("status") or {}
+        if not status.get("rollout") and (status.get("lastRoll") or {}).get("toSlot") == until:
+            return shard
+        await asyncio.sleep(0.2)
+    raise TimeoutError(f"the roll to slot {until} did not finish in {timeout:.0f}s")
+
+
+def print_report(shard: dict[str, Any]) -> None:
+    report = shard["status"]["lastRoll"]
+    print(
+        f"result: {report['result']}  {report.get('fromSlot')} -> {report['toSlot']}  "
+        f"({report.get('fromRevision')} -> {report['toRevision']})"
+    )
+    for key, value in report.get("durations", {}).items():
+        print(f"  {key:<16} {value:8.3f} s")
+
+
+async def demo(workdir: Path) -> None:
+    say("starting the development environment (emulated API server, etcd, workload runner) and the operator")
+    async with running_stack(workdir) as stack:
+        print(f"KUBECONFIG={stack.info.kubeconfig}")
+        front_port = free_port()
+        path = workdir / "kcpshard.yaml"
+        path.write_text(manifest(stack, front_port))
+
+        say("kubectl apply -f examples/kcpshard.yaml (etcd endpoint and front port filled in)")
+        show(stack, "apply", "-f", str(path))
+        await follow(stack, "a", timeout=120)
+        show(stack, "get", "kcpshards,kcpslots")
+
+        admin = await stack.shard_admin(NAME)
+        load = KubeStyleLoad(f"https://127.0.0.1:{front_port}", admin.token, admin.ca_pem)
+        await load.start()
+        await wait_for("traffic through the front", lambda: _served(load), timeout=30)
+        say(
+            f"the shard serves through the front at https://127.0.0.1:{front_port}; a client now sends "
+            "requests without pause"
+        )
+
+        say("changing the spec (kcp v0.32.1 -> v0.32.2): a blue/green roll starts")
+        show(
+            stack,
+            "patch",
+            "kshard",
+            NAME,
+            "--type",
+            "merge",
+            "-p",
+            json.dumps({"spec": {"kcp": {"version": "v0.32.2"}}}),
+        )
+        shard = await follow(stack, "b", timeout=180)
+        report = await load.stop()
+
+        say("after the roll")
+        show(stack, "get", "kcpshards,kcpslots", "-o", "wide")
+        show(
+            stack,
+            "get",
+            "kcpslot",
+            f"{NAME}-b",
+            "-o",
+            'jsonpath={range .status.conditions[*]}{.type}={.status} ({.reason}) {.message}{"\\n"}{end}',
+        )
+        say("roll report (status.lastRoll)")
+        print_report(shard)
+        say(f"client through the front during the roll: {report.summary()}")
+        if report.failed:
+            raise SystemExit(f"client requests failed: {report.failures}")
+    say("stopped everything")
+
+
+async def _served(load: KubeStyleLoad) -> bool:
+    return load.report.ok >= 5
+
+
+def main() -> int:
+    workdir = Path(os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="kcpshard-demo-"))
+    try:
+        asyncio.run(demo(workdir))
+    except (TimeoutError, RuntimeError) as exc:
+        print(f"demo failed: {exc}; logs in {workdir}", file=sys.stderr)
+        return 1
+    print(f"logs: {workdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,350 @@
+"""One HAProxy in TCP mode, driven through its runtime API on a local unix socket.
+
+The front of a shard: clients connect to ``bind_address:bind_port`` and HAProxy forwards each new TCP
+connection to the one ready server of backend ``slots`` (server ``a`` or ``b``, one per kcp slot).
+Switching servers uses the runtime API commands of HAProxy 2.6 ``doc/management.txt`` (``set server ...
+addr/state``, ``show servers state``, ``show stat``, ``shutdown sessions server``): no reload, and
+established connections stay on the server they were opened to until they close or are drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import ipaddress
+import logging
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+BACKEND = "slots"
+SLOTS = ("a", "b")
+START_TIMEOUT_SECONDS = 10.0
+STOP_TIMEOUT_SECONDS = 5.0
+COMMAND_TIMEOUT_SECONDS = 5.0
+# Longest unix socket path Linux accepts (sun_path is 108 bytes with the terminating NUL).
+MAX_SOCKET_PATH = 107
+# srv_admin_state bits that keep new traffic away (management.txt, "show servers state"): FMAINT, IMAINT,
+# FDRAIN, IDRAIN, RMAINT. Not CMAINT: it stays set on a "disabled" server even after "state ready".
+_NOT_READY_MASK = 0x01 | 0x02 | 0x08 | 0x10 | 0x20
+_SRV_ST_STOPPED = 0
+
+
+class HAProxyError(RuntimeError):
+    """HAProxy could not be found, started or driven; the message is meant for a person."""
+
+
+def _check_slot(slot: str) -> str:
+    if slot not in SLOTS:
+        raise HAProxyError(f"unknown slot {slot!r}: the front has servers {', '.join(SLOTS)}")
+    return slot
+
+
+def _check_port(port: int, what: str) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise HAProxyError(f"{what} must be a port number 1-65535, not {port!r}")
+    return port
+
+
+def _check_ip(address: str, what: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    # Only literal IPs: no name resolution in HAProxy, and nothing can be injected into the config.
+    try:
+        return ipaddress.ip_address(address)
+    except ValueError:
+        raise HAProxyError(f"{what} must be an IP address, not {address!r}") from None
+
+
+def _hostport(address: str, port: int) -> str:
+    ip = _check_ip(address, "address")
+    return f"ipv6@{ip}:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def render_config(*, bind_address: str, bind_port: int, socket_path: Path, maxconn: int = 4096) -> str:
+    """The haproxy.cfg of a front: pure, so it can be unit-tested."""
+    _check_port(bind_port, "the front port")
+    bind = _hostport(bind_address, bind_port)
+    sock = str(socket_path)
+    if any(c.isspace() for c in sock) or len(sock.encode()) > MAX_SOCKET_PATH:
+        raise HAProxyError(
+            f"runtime socket path {sock!r} has blanks or is longer than {MAX_SOCKET_PATH} bytes"
+        )
+    return "\n".join(
+        [
+            "# Written by kcpshard agent front; rewritten on every start.",
+            "global",
+            # Runtime API: the front agent is its only user; mode 600 keeps other local users out.
+            f"    stats socket {sock} mode 600 level admin",
+            "    stats timeout 30s",
+            f"    maxconn {maxconn}",
+            # A lingering HAProxy on the same port must make this one fail, not share the port.
+            "    noreuseport",
+            # No "log": with -db HAProxy already prints its alerts and server state changes on stderr,
+            # which the agent relays; a log line per connection would be noise.
+            "",
+            "defaults",
+            "    mode tcp",
+            "    option dontlognull",
+            "    timeout connect 2s",
+            # kcp clients hold long watches: an idle hour is normal, not a dead peer.
+            "    timeout client 1h",
+            "    timeout server 1h",
+            "",
+            "frontend front",
+            f"    bind {bind}",
+            f"    default_backend {BACKEND}",
+            "",
+            f"backend {BACKEND}",
+            # No health checks and no L7: the operator decides readiness from each slot's own /readyz
+            # (reported on its KcpSlot) and flips explicitly; HAProxy checks would race that decision,
+            # and TLS passes through untouched so clients keep talking to kcp's own certificate.
+            *(f"    server {slot} 127.0.0.1:1 disabled" for slot in SLOTS),
+            "",
+        ]
+    )
+
+
+def _parse_table(text: str, sep: str | None) -> list[dict[str, str]]:
+    """Rows of a runtime API dump with a ``#`` header line (``show stat``, ``show servers state``)."""
+    header: list[str] | None = None
+    rows: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            header = line.lstrip("#").strip().split(sep)
+            header = [h.strip() for h in header]
+            continue
+        if header is None or not line.strip():
+            continue
+        rows.append(dict(zip(header, line.split(sep), strict=False)))
+    return rows
+
+
+def runtime_socket_path(state_dir: Path) -> Path:
+    """The runtime API socket: in the state dir, or in a short private folder when that path is too long.
+
+    Unix socket paths are capped at 107 bytes, and a hostPath mapped under a deep folder
+    (a test's tmp dir, a kubelet's pod dir) easily passes that.
+    """
+    preferred = Path(state_dir) / "haproxy.sock"
+    if len(str(preferred).encode()) <= MAX_SOCKET_PATH:
+        return preferred
+    digest = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:16]
+    short = Path(tempfile.gettempdir()) / f"kcpshard-front-{digest}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    short.chmod(0o700)  # the socket is the admin API: only us
+    return short / "haproxy.sock"
+
+
+class HAProxy:
+    """Supervises one ``haproxy -db`` (foreground, one process) in the caller's process group.
+
+    Not master-worker (``-W``): its master exists for seamless reloads, which the front never does (it
+    changes servers through the runtime API), and a master killed with SIGKILL leaves its worker running
+    and listening. One process in the agent's group dies with whatever kills the group (a kubelet, the
+    local workload runner, a test fixture).
+    """
+
+    def __init__(self, state_dir: Path, bind_address: str, bind_port: int, binary: str | None = None) -> None:
+        self.state_dir = Path(state_dir)
+        self.bind_address = bind_address
+        self.bind_port = bind_port
+        self.binary = binary
+        self.config_path = self.state_dir / "haproxy.cfg"
+        self.socket_path = runtime_socket_path(self.state_dir)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._output: collections.deque[str] = collections.deque(maxlen=30)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    def _resolve_binary(self) -> str:
+        name = self.binary or "haproxy"
+        found = shutil.which(name)
+        if found is None and os.sep not in name:
+            found = shutil.which(name, path="/usr/sbin:/usr/local/sbin")
+        if found is None:
+            raise HAProxyError(f"haproxy not found ({name}): install the Debian package haproxy")
+        return found
+
+    async def start(self) -> None:
+        """Write the config, run HAProxy and wait until its runtime API answers."""
+        if self.alive:
+            raise HAProxyError("haproxy is already running")
+        binary = self._resolve_binary()
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        config = render_config(
+            bind_address=self.bind_address, bind_port=self.bind_port, socket_path=self.socket_path
+        )
+        self.config_path.write_text(config)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()  # a stale socket from a dead run would be mistaken for ours
+        self._output.clear()
+        self._proc = await asyncio.create_subprocess_exec(
+            binary,
+            "-db",
+            "-f",
+            str(self.config_path),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._reader = asyncio.create_task(self._read_output(self._proc))
+        try:
+            await self._wait_ready()
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("haproxy (pid %s) listens on %s:%s", self._proc.pid, self.bind_address, self.bind_port)
+
+    async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            if line:
+                self._output.append(line)
+                log.info("haproxy: %s", line)
+
+    async def _wait_ready(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + START_TIMEOUT_SECONDS
+        assert self._proc is not None
+        while True:
+            if self._proc.returncode is not None:
+                if self._reader is not None:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(self._reader), 2)
+                raise HAProxyError(self._failure_message(self._proc.returncode))
+            if self.socket_path.exists():
+                with contextlib.suppress(OSError, HAProxyError):
+                    await self.command("show info")
+                    return
+            if loop.time() > deadline:
+                raise HAProxyError(
+                    f"haproxy did not answer on {self.socket_path} within {START_TIMEOUT_SECONDS}s"
+                )
+            await asyncio.sleep(0.05)
+
+    def _failure_message(self, code: int) -> str:
+        text = "\n".join(self._output)
+        where = f"{self.bind_address}:{self.bind_port}"
+        if "Address already in use" in text or "cannot bind socket" in text:
+            return f"haproxy cannot listen on {where}: the port is taken by another process"
+        if "Cannot assign requested address" in text:
+            return f"haproxy cannot listen on {where}: the address is not on this host"
+        alerts = [line for line in self._output if "ALERT" in line]
+        detail = alerts[-1] if alerts else (self._output[-1] if self._output else "no output")
+        return f"haproxy exited with code {code} at start: {detail}"
+
+    async def wait(self) -> int:
+        """Wait until HAProxy exits; returns its exit code."""
+        if self._proc is None:
+            raise HAProxyError("haproxy was not started")
+        return await self._proc.wait()
+
+    async def stop(self) -> None:
+        """SIGTERM (HAProxy's hard stop: every connection closes), SIGKILL after a grace period."""
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_SECONDS)
+            except TimeoutError:
+                log.warning("haproxy did not stop within %ss; killing it", STOP_TIMEOUT_SECONDS)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._reader, 2)
+            self._reader = None
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+
+    async def command(self, cmd: str) -> str:
+        """One runtime API command (non-interactive: HAProxy answers and closes)."""
+        if "\n" in cmd or ";" in cmd:
+            raise HAProxyError("one runtime API command at a time, without newlines or ';'")
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(str(self.socket_path)), COMMAND_TIMEOUT_SECONDS
+            )
+        except (OSError, TimeoutError) as exc:
+            raise HAProxyError(f"haproxy runtime API at {self.socket_path} is unreachable: {exc}") from None
+        try:
+            writer.write(cmd.encode() + b"\n")
+            await writer.drain()
+            data = await asyncio.wait_for(reader.read(), COMMAND_TIMEOUT_SECONDS)
+        except (OSError, TimeoutError) as exc:
+            raise HAProxyError(f"haproxy runtime API command {cmd.split()[0]!r} failed: {exc}") from None
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        return data.decode(errors="replace")
+
+    async def _expect_silent(self, cmd: str) -> None:
+        answer = (await self.command(cmd)).strip()
+        if answer:
+            raise HAProxyError(f"haproxy refused {cmd!r}: {answer}")
+
+    async def set_backend(self, slot: str, port: int, address: str = "127.0.0.1") -> None:
+        """Send new connections to ``slot`` at ``address:port``; leave established ones where they are.
+
+        The new server is made ready before the others go to ``maint``: for an instant both take new
+        connections (the old slot still serves at the flip), rather than none.
+        """
+        _check_slot(slot)
+        _check_port(port, "the backend port")
+        ip = _check_ip(address, "the backend address")
+        answer = (await self.command(f"set server {BACKEND}/{slot} addr {ip} port {port}")).strip()
+        if answer and "changed" not in answer and "no need to change" not in answer:
+            raise HAProxyError(f"haproxy refused the address of server {slot}: {answer}")
+        await self._expect_silent(f"set server {BACKEND}/{slot} state ready")
+        for other in SLOTS:
+            if other != slot:
+                # maint stops new connections only; sessions already open are not shut down.
+                await self._expect_silent(f"set server {BACKEND}/{other} state maint")
+
+    async def current_backend(self) -> tuple[str, int] | None:
+        """The one server taking new connections, as (slot, port); None when none or several are."""
+        rows = _parse_table(await self.command(f"show servers state {BACKEND}"), sep=None)
+        ready = [
+            (row["srv_name"], int(row["srv_port"]))
+            for row in rows
+            if row.get("srv_name") in SLOTS
+            and not int(row.get("srv_admin_state", "1")) & _NOT_READY_MASK
+            and int(row.get("srv_op_state", "0")) != _SRV_ST_STOPPED
+        ]
+        return ready[0] if len(ready) == 1 else None
+
+    async def connections(self) -> dict[str, int]:
+        """Open (current) sessions per server name, from ``show stat`` (column ``scur``)."""
+        rows = _parse_table(await self.command(f"show stat {BACKEND} 4 -1"), sep=",")
+        counts = {slot: 0 for slot in SLOTS}
+        for row in rows:
+            if row.get("pxname") == BACKEND and row.get("svname") in SLOTS:
+                counts[row["svname"]] = int(row.get("scur") or 0)
+        return counts
+
+    async def drain(self, slot: str) -> int:
+        """Close every session on ``slot``'s server; returns how many were open."""
+        _check_slot(slot)
+        open_now = (await self.connections())[slot]
+        await self._expect_silent(f"shutdown sessions server {BACKEND}/{slot}")
+        return open_now

@@ -1,0 +1,114 @@
+"""A kube-style client that keeps sending requests through the front during a roll.
+
+It behaves as client-go does where that matters for a roll, and no further:
+- a 429 with `Retry-After` is retried after that many seconds (client-go's
+  `checkWait`/`IsRetryableError`, up to 10 tries): kcp answers so while it shuts down;
+- an idempotent request on a reused keep-alive connection that the server closed
+  before any byte of the answer came back is retried once on a new connection
+  (Go's `net/http.Transport` does the same: `shouldRetryRequest`).
+Anything else counts as a failure: a refused connection, a 5xx, a timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+
+@dataclass
+class LoadReport:
+    ok: int = 0
+    failed: int = 0
+    retried_429: int = 0
+    retried_closed: int = 0
+    failures: list[str] = field(default_factory=list)
+    by_status: dict[int, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        return (
+            f"{self.ok} requests succeeded, {self.failed} failed "
+            f"({self.retried_429} retried after 429, {self.retried_closed} after a closed keep-alive) "
+            f"in {self.seconds:.1f}s"
+        )
+
+
+class KubeStyleLoad:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        ca_pem: bytes,
+        path: str = "/clusters/root/api/v1/namespaces",
+        *,
+        concurrency: int = 2,
+        max_retries: int = 10,
+    ) -> None:
+        self.base_url = base_url
+        self.path = path
+        self.concurrency = concurrency
+        self.max_retries = max_retries
+        self.report = LoadReport()
+        context = ssl.create_default_context(cadata=ca_pem.decode())
+        self._client = httpx.AsyncClient(
+            base_url=base_url,
+            verify=context,
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=httpx.Timeout(10.0),
+        )
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def _one(self) -> None:
+        closed_retry_used = False
+        for _ in range(self.max_retries):
+            try:
+                response = await self._client.get(self.path)
+            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+                # The server closed a reused connection before answering: retry once, as Go does.
+                if not closed_retry_used:
+                    closed_retry_used = True
+                    self.report.retried_closed += 1
+                    continue
+                self._fail(f"{type(exc).__name__}: {exc}")
+                return
+            except httpx.HTTPError as exc:
+                self._fail(f"{type(exc).__name__}: {exc}")
+                return
+            self.report.by_status[response.status_code] = (
+                self.report.by_status.get(response.status_code, 0) + 1
+            )
+            if response.status_code == 429 and "Retry-After" in response.headers:
+                self.report.retried_429 += 1
+                await asyncio.sleep(min(float(response.headers["Retry-After"]), 5.0))
+                continue
+            if response.status_code == 200:
+                self.report.ok += 1
+            else:
+                self._fail(f"HTTP {response.status_code}: {response.text[:200]}")
+            return
+        self._fail(f"gave up after {self.max_retries} tries")
+
+    def _fail(self, what: str) -> None:
+        self.report.failed += 1
+        if len(self.report.failures) < 20:
+            self.report.failures.append(what)
+
+    async def _worker(self) -> None:
+        while not self._stop.is_set():
+            await self._one()
+
+    async def start(self) -> None:
+        self._started = time.monotonic()
+        self._tasks = [asyncio.create_task(self._worker()) for _ in range(self.concurrency)]
+
+    async def stop(self) -> LoadReport:
+        self._stop.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._client.aclose()
+        self.report.seconds = time.monotonic() - self._started
+        return self.report

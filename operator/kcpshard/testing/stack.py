@@ -1,0 +1,195 @@
+"""The whole local stack as real processes: the development environment and the operator.
+
+Used by the end-to-end tests, `make demo` and the benchmarks. Each part is a
+separate process, as in a cluster: the operator talks HTTP to the emulated API
+server, the runner starts the agents' Jobs as processes, the agents start kcp
+and HAProxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
+from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
+from kcpshard.testing.devenv import DevEnvInfo
+
+T = TypeVar("T")
+
+
+def kcpshard_command() -> list[str]:
+    return [sys.executable, "-m", "kcpshard.cli"]
+
+
+async def wait_for(
+    what: str, probe: Callable[[], Awaitable[T | None]], timeout: float, interval: float = 0.1
+) -> T:
+    """Poll `probe` until it returns something truthy; raise with `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = await probe()
+        except Exception as exc:  # the thing polled may not exist yet
+            last_error = exc
+            value = None
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    suffix = f" (last error: {last_error})" if last_error else ""
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{suffix}")
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        return int(self.popen.returncode)
+
+
+def start_process(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> Process:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    return Process(name, popen, log)
+
+
+@dataclass
+class Stack:
+    directory: Path
+    info: DevEnvInfo
+    api: ApiClient
+    devenv: Process
+    operator: Process | None = None
+
+    def start_operator(self, *extra: str) -> Process:
+        self.operator = start_process(
+            "operator",
+            [
+                *kcpshard_command(),
+                "operator",
+                "--standalone",
+                "--all-namespaces",
+                "--agent-command",
+                " ".join(kcpshard_command()),
+                *extra,
+            ],
+            self.directory / "operator.log",
+            env={"KUBECONFIG": self.info.kubeconfig},
+        )
+        return self.operator
+
+    async def shard(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return await self.api.get(KCPSHARDS, namespace, name)
+
+    async def shard_admin(self, name: str, namespace: str = "default") -> ShardAdmin:
+        secret = await self.api.get(SECRETS, namespace, f"{name}-shared")
+        return shard_admin(base64.b64decode(secret["data"]["admin.kubeconfig"]))
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        kubectl = str(Path(sys.executable).parent / "kubectl")
+        return subprocess.run(
+            [kubectl, *args],
+            env={**os.environ, "KUBECONFIG": self.info.kubeconfig},
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=60,
+        )
+
+
+def shard_manifest(
+    name: str,
+    *,
+    etcd: str,
+    front_port: int,
+    version: str = "v0.32.1",
+    namespace: str = "default",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "kcpshard.dev/v1alpha1",
+        "kind": "KcpShard",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "kcp": {"version": version, "binary": "kcpshard-fake-kcp"},
+            "node": "local-node",
+            "store": {"etcd": {"endpoints": [etcd]}},
+            "front": {"address": "127.0.0.1", "port": front_port},
+            "shard": {"name": "root", "root": True},
+            "shutdownDelaySeconds": 2,
+            **spec,
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def running_stack(directory: Path, *, operator: bool = True) -> AsyncIterator[Stack]:
+    """The development environment and (optionally) the operator as subprocesses; all stopped on exit."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env_dir = directory / "env"
+    devenv = start_process(
+        "devenv", [*kcpshard_command(), "dev", "up", "--dir", str(env_dir)], directory / "devenv.log"
+    )
+    api: ApiClient | None = None
+    stack: Stack | None = None
+    try:
+
+        async def env_ready() -> DevEnvInfo | None:
+            if devenv.popen.poll() is not None:
+                raise RuntimeError(f"dev environment exited; see {devenv.log}")
+            return DevEnvInfo.load(env_dir) if (env_dir / "env.json").exists() else None
+
+        info = await wait_for("the development environment", env_ready, timeout=60)
+        api = ApiClient.from_kubeconfig(info.kubeconfig)
+        stack = Stack(directory, info, api, devenv)
+        if operator:
+            stack.start_operator()
+        yield stack
+    finally:
+        if stack is not None and stack.operator is not None:
+            stack.operator.stop()
+        if api is not None:
+            await api.aclose()
+        devenv.stop(timeout=60)
+
+
+def processes_under(sandbox: Path) -> Iterator[int]:
+    """Pids of live processes whose command line mentions the sandbox (for leak checks)."""
+    needle = str(sandbox).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            yield int(entry.name)

@@ -1,0 +1,72 @@
+"""Small TCP helpers for process tests: echo backends, a line client, a free port, polling."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Echo:
+    """A TCP server answering each line with ``<name>:<line>``, so a test sees which backend served it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> Echo:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while line := await reader.readline():
+                writer.write(self.name.encode() + b":" + line)
+                await writer.drain()
+        writer.close()
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+class Client:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, port: int) -> Client:
+        return cls(*await asyncio.open_connection("127.0.0.1", port))
+
+    async def ask(self, text: str) -> str:
+        self.writer.write(text.encode() + b"\n")
+        await self.writer.drain()
+        return (await asyncio.wait_for(self.reader.readline(), 5)).decode().strip()
+
+    async def closed_by_peer(self) -> bool:
+        return await asyncio.wait_for(self.reader.read(), 5) == b""
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
+    """Poll ``check`` until it is true; fail at the deadline. ``check`` may raise while not yet true."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        with contextlib.suppress(OSError, AssertionError, asyncio.TimeoutError):
+            if await check():
+                return
+        assert loop.time() < deadline, "condition not met before the deadline"
+        await asyncio.sleep(0.05)

@@ -1,0 +1,397 @@
+"""The front agent with a real HAProxy: as a subprocess (`python -m kcpshard.agent.front`) against the
+emulated API server, and in-process against a stub of the API for the corner cases.
+
+The tests play the operator: they write `status.front.desiredBackend`/`desiredPort`/`drain` and check that
+the agent reports what it applied and that traffic through the front reaches the right echo server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kcpshard.agent.front import FrontAgent
+from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
+from kcpshard.testing.tcp import Client, Echo, eventually, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+NAMESPACE = "default"
+SHARD = "alpha"
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin") or ""
+
+pytestmark = [
+    pytest.mark.skipif(not HAPROXY, reason="haproxy is not installed (Debian package haproxy)"),
+    pytest.mark.timeout(90),
+]
+
+
+@pytest.fixture
+async def api_server(tmp_path: Path) -> AsyncIterator[Any]:
+    apiserver = pytest.importorskip("kcpshard.testing.apiserver", reason="no emulated API server yet")
+    if not hasattr(apiserver, "EmulatedApiServer"):
+        pytest.skip("the emulated API server (kcpshard.testing.apiserver.EmulatedApiServer) is not there yet")
+    server = apiserver.EmulatedApiServer(
+        tmp_path / "api", crd_paths=[REPO / "crds" / "kcpshards.yaml", REPO / "crds" / "kcpslots.yaml"]
+    )
+    await server.start()
+    yield server
+    await server.stop()
+
+
+@pytest.fixture
+async def api(api_server: Any) -> AsyncIterator[ApiClient]:
+    client = ApiClient.from_kubeconfig(api_server.kubeconfig_path)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def echoes() -> AsyncIterator[tuple[Echo, Echo]]:
+    a, b = await Echo("a").start(), await Echo("b").start()
+    yield a, b
+    await a.stop()
+    await b.stop()
+
+
+class Agent:
+    """The front agent in its own process group (HAProxy runs in that group too)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], log_path: Path, state_dir: Path) -> None:
+        self.proc, self.log_path, self.state_dir = proc, log_path, state_dir
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill_group(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+async def front_port() -> int:
+    return free_port()
+
+
+def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path) -> Agent:
+    with log_path.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "kcpshard.agent.front",
+                "--namespace",
+                NAMESPACE,
+                "--shard",
+                SHARD,
+                "--state-dir",
+                str(state_dir),
+                "--haproxy",
+                HAPROXY,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--report-interval",
+                "0.2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Agent(proc, log_path, state_dir)
+
+
+@pytest.fixture
+async def agent(api_server: Any, api: ApiClient, tmp_path: Path, front_port: int) -> AsyncIterator[Agent]:
+    await api.create(KCPSHARDS, NAMESPACE, shard_body(front_port))
+    running = spawn_agent(Path(api_server.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
+    try:
+        yield running
+    finally:
+        running.kill_group()
+
+
+def shard_body(port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kcpshard.dev/v1alpha1",
+        "kind": "KcpShard",
+        "metadata": {"name": SHARD, "namespace": NAMESPACE},
+        "spec": {
+            "kcp": {"version": "v0.32.1"},
+            "node": "local",
+            "store": {"etcd": {"endpoints": ["http://127.0.0.1:2379"]}},
+            "front": {"address": "127.0.0.1", "port": port},
+        },
+    }
+
+
+async def front_status(api: ApiClient) -> dict[str, Any]:
+    obj = await api.get(KCPSHARDS, NAMESPACE, SHARD)
+    return dict((obj.get("status") or {}).get("front") or {})
+
+
+async def operator_writes(api: ApiClient, front: dict[str, Any], **status: Any) -> None:
+    """What the operator does: a merge patch on /status with its own keys."""
+    await api.patch(KCPSHARDS, NAMESPACE, SHARD, {"status": {"front": front, **status}}, subresource="status")
+
+
+async def answer(port: int, text: str) -> str:
+    client = await Client.connect(port)
+    try:
+        return await client.ask(text)
+    finally:
+        client.close()
+
+
+async def test_front_agent_follows_desired_backend_and_drains(
+    api: ApiClient, agent: Agent, echoes: tuple[Echo, Echo], front_port: int
+) -> None:
+    a, b = echoes
+
+    async def reported_connections() -> bool:
+        return (await front_status(api)).get("connections") == {"a": 0, "b": 0}
+
+    await eventually(reported_connections)
+
+    await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port}, activeSlot="a")
+
+    async def observed_a() -> bool:
+        front = await front_status(api)
+        return front.get("observedBackend") == "a" and front.get("observedPort") == a.port
+
+    await eventually(observed_a)
+    front = await front_status(api)
+    assert front["desiredBackend"] == "a" and front["observedAt"]  # the operator's key survived
+    assert (await api.get(KCPSHARDS, NAMESPACE, SHARD))["status"]["activeSlot"] == "a"
+
+    on_a = await Client.connect(front_port)
+    assert await on_a.ask("one") == "a:one"
+
+    await operator_writes(api, {"desiredBackend": "b", "desiredPort": b.port})
+
+    async def observed_b() -> bool:
+        front = await front_status(api)
+        return front.get("observedBackend") == "b" and front.get("observedPort") == b.port
+
+    await eventually(observed_b)
+    assert await answer(front_port, "new") == "b:new"
+    assert await on_a.ask("two") == "a:two"  # established before the flip: still on a
+
+    async def one_on_a() -> bool:
+        return (await front_status(api)).get("connections", {}).get("a") == 1
+
+    await eventually(one_on_a)
+
+    await operator_writes(api, {"drain": "a"})
+    assert await on_a.closed_by_peer()
+
+    async def a_drained() -> bool:
+        return (await front_status(api)).get("connections", {}).get("a") == 0
+
+    await eventually(a_drained)
+    assert await answer(front_port, "after") == "b:after"
+
+
+async def test_front_agent_restarts_a_dead_haproxy_and_stops_on_sigterm(
+    api: ApiClient, agent: Agent, echoes: tuple[Echo, Echo], front_port: int
+) -> None:
+    _, b = echoes
+    await operator_writes(api, {"desiredBackend": "b", "desiredPort": b.port})
+
+    async def serves_b() -> bool:
+        return await answer(front_port, "x") == "b:x"
+
+    await eventually(serves_b)
+
+    info = await _runtime(agent.state_dir / "haproxy.sock", "show info")
+    pid = int(next(line.split(":", 1)[1] for line in info.splitlines() if line.startswith("Pid:")))
+    os.kill(pid, signal.SIGKILL)
+
+    # A new HAProxy comes up on the same port with the desired backend applied again.
+    await eventually(serves_b)
+    assert "restarting it" in agent.log()
+
+    agent.proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(agent.proc.wait, 15) == 0
+    with pytest.raises(OSError):
+        await Client.connect(front_port)  # HAProxy went with the agent
+    assert "Traceback" not in agent.log()
+
+
+async def test_front_agent_exits_with_a_clear_message_when_the_port_is_taken(
+    api_server: Any, api: ApiClient, tmp_path: Path
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        await api.create(KCPSHARDS, NAMESPACE, shard_body(int(taken.getsockname()[1])))
+        agent = spawn_agent(Path(api_server.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
+        try:
+            assert await asyncio.to_thread(agent.proc.wait, 30) == 1
+        finally:
+            agent.kill_group()
+    assert "the port is taken" in agent.log()
+    assert "Traceback" not in agent.log()
+
+
+async def _runtime(socket_path: Path, cmd: str) -> str:
+    reader, writer = await asyncio.open_unix_connection(str(socket_path))
+    writer.write(cmd.encode() + b"\n")
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    return data.decode()
+
+
+# -- in-process, against a stub of the API ----------------------------------------------------------------
+
+
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
+class StubApi:
+    """The few ApiClient calls the agent makes, on one in-memory KcpShard; records the agent's patches."""
+
+    def __init__(self, obj: dict[str, Any]) -> None:
+        self.obj = obj
+        self.obj["metadata"]["resourceVersion"] = "1"
+        self.obj["status"] = {}
+        self.patches: list[dict[str, Any]] = []
+        self._watchers: list[asyncio.Queue[dict[str, Any]]] = []
+
+    def _changed(self) -> None:
+        meta = self.obj["metadata"]
+        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
+        for queue in self._watchers:
+            queue.put_nowait({"type": "MODIFIED", "object": copy.deepcopy(self.obj)})
+
+    def operator_writes(self, front: dict[str, Any]) -> None:
+        merge_patch(self.obj, {"status": {"front": front}})
+        self._changed()
+
+    def front(self) -> dict[str, Any]:
+        return dict((self.obj.get("status") or {}).get("front") or {})
+
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.obj)
+
+    async def patch(
+        self,
+        ref: ResourceRef,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        kind: str = "merge",
+        **kw: Any,
+    ) -> dict[str, Any]:
+        assert kind == "merge" and kw.get("subresource") == "status"
+        self.patches.append(copy.deepcopy(patch))
+        merge_patch(self.obj, patch)
+        self._changed()
+        return copy.deepcopy(self.obj)
+
+    async def watch_forever(self, ref: ResourceRef, namespace: str | None, **kw: Any) -> AsyncIterator[Any]:
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._watchers.append(queue)
+        yield {"type": "ADDED", "object": copy.deepcopy(self.obj)}
+        while True:
+            yield await queue.get()
+
+
+async def holds(value: bool) -> bool:
+    return value
+
+
+@pytest.fixture
+async def stub_front(tmp_path: Path, front_port: int) -> AsyncIterator[StubApi]:
+    stub = StubApi(shard_body(front_port))
+    agent = FrontAgent(
+        stub,  # type: ignore[arg-type]
+        NAMESPACE,
+        SHARD,
+        tmp_path / "front",
+        binary=HAPROXY,
+        report_interval=0.05,
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
+        yield stub
+    finally:
+        stop.set()
+        assert await asyncio.wait_for(task, 15) == 0
+
+
+async def test_agent_patches_only_its_own_keys(
+    stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int
+) -> None:
+    a, _ = echoes
+    stub_front.obj["status"]["activeSlot"] = "a"
+    stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
+    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
+    assert await answer(front_port, "hi") == "a:hi"
+    allowed = {"observedBackend", "observedPort", "observedAt", "connections"}
+    for patch in stub_front.patches:
+        assert set(patch) == {"status"} and set(patch["status"]) == {"front"}
+        assert set(patch["status"]["front"]) <= allowed
+        assert not any(isinstance(v, list) for v in patch["status"]["front"].values())
+    assert stub_front.front()["observedPort"] == a.port
+    assert stub_front.front()["desiredBackend"] == "a"
+    assert stub_front.obj["status"]["activeSlot"] == "a"
+
+
+async def test_agent_drains_the_old_slot_but_never_the_desired_one(
+    stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = echoes
+    caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
+    stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
+    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
+    on_a = await Client.connect(front_port)
+    assert await on_a.ask("1") == "a:1"
+    stub_front.operator_writes({"desiredBackend": "b", "desiredPort": b.port})
+    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "b"))
+    on_b = await Client.connect(front_port)
+    assert await on_b.ask("2") == "b:2"
+    await eventually(lambda: holds(stub_front.front().get("connections") == {"a": 1, "b": 1}))
+
+    stub_front.operator_writes({"drain": "b"})  # the desired backend: refused
+    await eventually(lambda: holds("not draining slot b" in caplog.text))
+    assert await on_b.ask("3") == "b:3"
+
+    stub_front.operator_writes({"drain": "a"})
+    assert await on_a.closed_by_peer()
+    await eventually(lambda: holds(stub_front.front().get("connections") == {"a": 0, "b": 1}))
+    assert await on_b.ask("4") == "b:4"
+    on_b.close()
+
+
+async def test_agent_ignores_a_desired_backend_that_is_not_a_slot(
+    stub_front: StubApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
+    stub_front.operator_writes({"desiredBackend": "c", "desiredPort": 1234})
+    await eventually(lambda: holds("ignoring desiredBackend='c'" in caplog.text))
+    assert "observedBackend" not in stub_front.front()

@@ -1,0 +1,63 @@
+"""The front's haproxy.cfg is a pure function of the bind address, port and socket path."""
+
+from pathlib import Path
+
+import pytest
+
+from kcpshard.agent.haproxy import HAProxyError, render_config
+
+SOCK = Path("/run/kcpshard/front/haproxy.sock")
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines()]
+
+
+def test_config_has_tcp_front_private_admin_socket_and_two_disabled_servers() -> None:
+    lines = _lines(render_config(bind_address="127.0.0.1", bind_port=6443, socket_path=SOCK))
+    assert f"stats socket {SOCK} mode 600 level admin" in lines
+    assert "mode tcp" in lines
+    assert "bind 127.0.0.1:6443" in lines
+    assert "default_backend slots" in lines
+    assert "server a 127.0.0.1:1 disabled" in lines
+    assert "server b 127.0.0.1:1 disabled" in lines
+    assert "noreuseport" in lines
+    assert "daemon" not in lines
+
+
+def test_config_has_no_health_checks_and_no_http() -> None:
+    text = render_config(bind_address="127.0.0.1", bind_port=6443, socket_path=SOCK)
+    servers = [line for line in _lines(text) if line.startswith("server ")]
+    assert servers and all(" check" not in line for line in servers)
+    assert "mode http" not in text
+
+
+def test_ipv6_bind_is_explicit() -> None:
+    lines = _lines(render_config(bind_address="::1", bind_port=6443, socket_path=SOCK))
+    assert "bind ipv6@::1:6443" in lines
+
+
+@pytest.mark.parametrize(
+    ("address", "port"),
+    [("localhost", 6443), ("127.0.0.1\n  bind 0.0.0.0", 6443), ("127.0.0.1", 0), ("127.0.0.1", 70000)],
+)
+def test_bad_bind_is_refused(address: str, port: int) -> None:
+    with pytest.raises(HAProxyError):
+        render_config(bind_address=address, bind_port=port, socket_path=SOCK)
+
+
+def test_socket_path_too_long_for_a_unix_socket_is_refused() -> None:
+    with pytest.raises(HAProxyError, match="longer than"):
+        render_config(bind_address="127.0.0.1", bind_port=6443, socket_path=Path("/" + "x" * 120))
+
+
+def test_runtime_socket_moves_to_a_short_private_folder_when_the_state_dir_is_deep(tmp_path: Path) -> None:
+    from kcpshard.agent.haproxy import MAX_SOCKET_PATH, runtime_socket_path
+
+    shallow = runtime_socket_path(tmp_path)
+    assert shallow == tmp_path / "haproxy.sock"
+    deep = tmp_path / ("x" * 60) / ("y" * 60)
+    path = runtime_socket_path(deep)
+    assert len(str(path).encode()) <= MAX_SOCKET_PATH
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert runtime_socket_path(deep) == path  # stable: a restarted agent finds its socket
