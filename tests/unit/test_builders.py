@@ -83,3 +83,12 @@ def test_shared_secret_survives_the_shard_unless_asked() -> None:
     deleting = SPEC.model_copy(update={"deletion_policy": DeletionPolicy.DELETE})
     owners = builders.shared_secret(SHARD, deleting)["metadata"]["ownerReferences"]
     assert owners[0]["uid"] == "shard-uid" and owners[0]["controller"] is False
+
+
+def test_front_carries_a_hash_of_what_was_asked() -> None:
+    first = builders.front_deployment(SHARD, SPEC)
+    again = builders.front_deployment(SHARD, SPEC)
+    moved = builders.front_deployment(SHARD, SPEC.model_copy(update={"node": "node-8"}))
+    key = builders.TEMPLATE_HASH
+    assert first["metadata"]["annotations"][key] == again["metadata"]["annotations"][key]
+    assert first["metadata"]["annotations"][key] != moved["metadata"]["annotations"][key]

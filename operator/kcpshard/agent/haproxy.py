@@ -28,8 +28,9 @@ SLOTS = ("a", "b")
 START_TIMEOUT_SECONDS = 10.0
 STOP_TIMEOUT_SECONDS = 5.0
 COMMAND_TIMEOUT_SECONDS = 5.0
-# Longest unix socket path Linux accepts (sun_path is 108 bytes with the terminating NUL).
-MAX_SOCKET_PATH = 107
+# Longest runtime socket path HAProxy 2.6 accepts: Linux's 107 bytes less the ".<pid>.tmp"
+# suffix HAProxy binds first and renames (its own error says "max 97").
+MAX_SOCKET_PATH = 97
 # srv_admin_state bits that keep new traffic away (management.txt, "show servers state"): FMAINT, IMAINT,
 # FDRAIN, IDRAIN, RMAINT. Not CMAINT: it stays set on a "disabled" server even after "state ready".
 _NOT_READY_MASK = 0x01 | 0x02 | 0x08 | 0x10 | 0x20

@@ -28,7 +28,7 @@ import httpx
 from kcpshard.agent import readyz, seed
 from kcpshard.agent.child import Child, describe_exit, exit_code
 from kcpshard.agent.procnet import listening_ports
-from kcpshard.api.conditions import Status, now, set_condition
+from kcpshard.api.conditions import Status, now_precise, set_condition
 from kcpshard.k8s.api import KCPSLOTS, SECRETS, ApiClient, ApiError, Conflict, NotFound
 from kcpshard.k8s.kubeconfig import KubeconfigError
 from kcpshard.k8s.status import mutate_status
@@ -188,7 +188,7 @@ class SlotAgent:
         first = {
             "podUID": self.opts.pod_uid,
             "jobName": self.opts.job_name,
-            "startedAt": now(),
+            "startedAt": now_precise(),
             # A new process: nothing of an earlier start of this slot holds any more.
             **dict.fromkeys(("pid", "port", "readyAt", "exitedAt", "exitCode")),
         }
@@ -203,7 +203,7 @@ class SlotAgent:
             return 1
         if self.stop_requested.is_set():
             stopped = Cond("Ready", "False", "Exited", "stopped before kcp started")
-            await self.write({"exitedAt": now()}, stopped)
+            await self.write({"exitedAt": now_precise()}, stopped)
             return 0
         try:
             self.child = await Child.start(self.opts.command)
@@ -296,7 +296,7 @@ class SlotAgent:
         log.error("kcp exited by itself: %s", describe_exit(returncode))
         child.kill_group()  # anything kcp left behind
         await self.write(
-            {"exitedAt": now(), "exitCode": exit_code(returncode)},
+            {"exitedAt": now_precise(), "exitCode": exit_code(returncode)},
             Cond("Ready", "False", "ProcessExited", msg),
             Cond("Listening", "False", "ProcessExited", "kcp is not running"),
         )
@@ -319,7 +319,7 @@ class SlotAgent:
         await stopping
         log.info("kcp stopped: %s", describe_exit(returncode))
         await self.write(
-            {"exitedAt": now(), "exitCode": exit_code(returncode)},
+            {"exitedAt": now_precise(), "exitCode": exit_code(returncode)},
             Cond("Ready", "False", "Exited", f"kcp stopped: {describe_exit(returncode)}"),
             Cond("Listening", "False", "Exited", "kcp is not running"),
         )
@@ -366,7 +366,7 @@ class SlotAgent:
                         continue
                 result = await readyz.probe(client, port)
                 if result.ok and written is not True:
-                    fields = {"readyAt": now()} if written is None else None
+                    fields = {"readyAt": now_precise()} if written is None else None
                     msg = f"readyz ok on 127.0.0.1:{port}"
                     if await self.write(fields, Cond("Ready", "True", "ReadyzOK", msg)):
                         log.info("kcp is ready")

@@ -3,6 +3,7 @@ events of KcpShards, KcpSlots and slot Jobs wake that loop up."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -41,10 +42,19 @@ async def reconcile_shard(
     """The shard's reconcile loop, for as long as the shard exists."""
     assert namespace is not None  # KcpShard is namespaced
     reconciler = ShardReconciler(memo.api, namespace, name, WAKEUPS, memo.config, logger)
+    stop = asyncio.Event()
+    relay = asyncio.create_task(_relay(stopped, stop))
     try:
-        await reconciler.run(lambda: bool(stopped))
+        await reconciler.run(stop)
     finally:
+        relay.cancel()
         WAKEUPS.forget(namespace, name)
+
+
+async def _relay(stopped: kopf.DaemonStopped, stop: asyncio.Event) -> None:
+    """kopf's stop flag as an asyncio.Event, so the loop's sleep ends the moment kopf stops it."""
+    await stopped.wait()
+    stop.set()
 
 
 @kopf.on.event(GROUP, VERSION, "kcpshards")

@@ -7,6 +7,7 @@ and Events.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import datetime
@@ -90,8 +91,9 @@ class ShardReconciler:
 
     # ----- the loop --------------------------------------------------------------------------
 
-    async def run(self, stopped: Callable[[], bool]) -> None:
-        while not stopped():
+    async def run(self, stopped: asyncio.Event) -> None:
+        """Until `stopped` is set (kopf stops the daemon: shard deleted or operator exiting)."""
+        while not stopped.is_set():
             try:
                 timeout = await self.reconcile_once()
             except NotFound:
@@ -100,7 +102,19 @@ class ShardReconciler:
                 self.logger.warning(f"API error, retrying: {exc}")
                 timeout = 2.0
             if timeout is not None:
-                await self.wakeups.wait(self.namespace, self.name, timeout)
+                await self._sleep(stopped, timeout)
+
+    async def _sleep(self, stopped: asyncio.Event, timeout: float) -> None:
+        """Until a wake-up, the timeout, or the stop: whichever comes first."""
+        waits = {
+            asyncio.create_task(self.wakeups.wait(self.namespace, self.name, timeout)),
+            asyncio.create_task(stopped.wait()),
+        }
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     async def reconcile_once(self) -> float | None:
         """One observe-plan-act round; returns how long to wait, or None to go on at once."""
@@ -565,10 +579,11 @@ class ShardReconciler:
             await self.api.create(DEPLOYMENTS, self.namespace, front)
             self._event("FrontCreated", f"created the front on {spec.front.address}:{spec.front.port}")
             return
-        if current.get("spec", {}).get("template") != front["spec"]["template"]:
-            await self.api.replace(
-                DEPLOYMENTS, self.namespace, front["metadata"]["name"], {**current, **front}
-            )
+        wanted = front["metadata"]["annotations"][builders.TEMPLATE_HASH]
+        if (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH) != wanted:
+            front["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            await self.api.replace(DEPLOYMENTS, self.namespace, front["metadata"]["name"], front)
+            self._event("FrontUpdated", f"updated the front for {spec.front.address}:{spec.front.port}")
 
     async def _kcp(self, spec: KcpShardSpec) -> KcpClient:
         secret = await self.api.get(SECRETS, self.namespace, builders.shared_secret_name(self.name))

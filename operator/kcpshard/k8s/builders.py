@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, SlotName
@@ -184,6 +186,15 @@ def slot_job(
     }
 
 
+TEMPLATE_HASH = "kcpshard.dev/template-hash"
+
+
+def template_hash(workload: dict[str, Any]) -> str:
+    """Hash of what the operator asked for; the API server adds defaults, so compare this, not the specs."""
+    text = json.dumps(workload["spec"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def front_deployment(
     shard_obj: dict[str, Any],
     spec: KcpShardSpec,
@@ -207,7 +218,7 @@ def front_deployment(
         f"{shard_state_dir(namespace, shard)}/front",
     ]
     pod_labels = labels(shard, "front")
-    return {
+    deployment: dict[str, Any] = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
@@ -242,6 +253,8 @@ def front_deployment(
             },
         },
     }
+    deployment["metadata"]["annotations"] = {TEMPLATE_HASH: template_hash(deployment)}
+    return deployment
 
 
 def shared_secret(shard_obj: dict[str, Any], spec: KcpShardSpec) -> dict[str, Any]:
