@@ -104,8 +104,11 @@ async def test_blue_green_roll_loses_no_request(tmp_path: Path) -> None:
             lease = await kcp.get_lease()
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == new_slot["status"]["holderIdentity"]
-        # The probe ran after the handover, so on the new leader.
-        assert "Ready" in _cond(new_slot, "Probed")["message"]
+        # The probe ran on the new leader: only the leader readies a workspace, the probe came after
+        # the handover, and the holder then is the holder now (leadership did not move in between).
+        stamps = status["lastRoll"]["timestamps"]
+        assert stamps["leaseHandedOver"] <= stamps["probed"]
+        assert "became Ready" in _cond(new_slot, "Probed")["message"]
 
         # The old slot: process exited, Job and KcpSlot gone.
         with pytest.raises(ProcessLookupError):

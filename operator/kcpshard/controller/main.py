@@ -8,6 +8,7 @@ import contextlib
 import logging
 
 import kopf
+import prometheus_client
 
 from kcpshard.controller import handlers  # noqa: F401  (registers the handlers)
 from kcpshard.controller.reconciler import OperatorConfig
@@ -28,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how the agent Jobs start the kcpshard program (space separated)",
     )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus metrics port")
     parser.add_argument("--verbose", "-v", action="store_true")
     return parser
 
@@ -40,6 +42,8 @@ def run(argv: list[str]) -> int:
     )
     if not args.verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    if args.metrics_port is not None:
+        prometheus_client.start_http_server(args.metrics_port)
     memo = kopf.Memo(config=OperatorConfig(image=args.image, agent_command=tuple(args.agent_command.split())))
     registry = kopf.get_default_registry()  # filled by importing kcpshard.controller.handlers
     with contextlib.suppress(KeyboardInterrupt):

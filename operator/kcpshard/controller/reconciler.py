@@ -19,6 +19,7 @@ from typing import Any, cast
 import kopf
 from pydantic import ValidationError
 
+from kcpshard import metrics
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, RollReport, SlotName
 from kcpshard.controller.wakeups import Wakeups
@@ -260,6 +261,7 @@ class ShardReconciler:
             return _with_conditions(status, obs.generation, _progressing(message))
 
         await self._mutate(change)
+        metrics.roll_started(self.namespace, self.name)
         self._event("RollStarted", message)
         return None
 
@@ -435,6 +437,8 @@ class ShardReconciler:
             )
 
         await self._mutate(change)
+        metrics.roll_finished(self.namespace, self.name, report.result, report.durations)
+        metrics.stalled(self.namespace, self.name, False)
         total = report.durations.get("total")
         self._event("RollSucceeded", f"{action.message} in {total}s" if total is not None else action.message)
         return None
@@ -480,6 +484,8 @@ class ShardReconciler:
             )
 
         await self._mutate(change)
+        metrics.roll_finished(self.namespace, self.name, report.result, {})
+        metrics.stalled(self.namespace, self.name, True)
         self._event(action.reason, message, warning=True)
         return None
 
@@ -507,6 +513,7 @@ class ShardReconciler:
             )
 
         await self._mutate(change)
+        metrics.stalled(self.namespace, self.name, True)
         if not already["same"]:
             self._event(reason, message, warning=True)
 

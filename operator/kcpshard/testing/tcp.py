@@ -7,6 +7,8 @@ import contextlib
 import socket
 from collections.abc import Awaitable, Callable
 
+from kcpshard.testing import waiting
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -62,11 +64,4 @@ class Client:
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 15.0) -> None:
     """Poll ``check`` until it is true; fail at the deadline. ``check`` may raise while not yet true."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        with contextlib.suppress(OSError, AssertionError, asyncio.TimeoutError):
-            if await check():
-                return
-        assert loop.time() < deadline, "condition not met before the deadline"
-        await asyncio.sleep(0.05)
+    await waiting.wait_for("the condition", check, timeout=within, interval=0.05)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import ssl
-import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 import httpx
+
+from kcpshard.testing import waiting
 
 from .server import EmulatedApiServer
 
@@ -25,14 +25,7 @@ async def wait_for(
     condition: Callable[[], Awaitable[Any]], timeout: float = 10.0, interval: float = 0.05
 ) -> Any:
     """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"condition not met within {timeout}s")
-        await asyncio.sleep(interval)
+    return await waiting.wait_for("the condition", condition, timeout=timeout, interval=interval)
 
 
 async def watch_events(

@@ -1,0 +1,136 @@
+"""The development environment as a user meets it: `kcpshard dev up`, the real kubectl, a real
+kopf operator, `kcpshard dev down`. Every part is its own process, talking HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kcpshard.k8s.api import KCPSHARDS, NotFound
+from kcpshard.testing.stack import kcpshard_command, processes_under, running_stack, start_process, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "kcpshard.yaml"
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_kubectl_applies_lists_and_refuses(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, operator=False) as stack:
+        applied = stack.kubectl("apply", "-f", str(EXAMPLE))
+        assert "kcpshard.kcpshard.dev/root created" in applied.stdout
+
+        table = stack.kubectl("get", "kshard").stdout.splitlines()
+        assert table[0].split() == ["NAME", "READY", "ACTIVE", "REVISION", "STEP", "AGE"]
+        assert table[1].split()[0] == "root"
+        wide = stack.kubectl("get", "kcpshards.kcpshard.dev", "-o", "wide").stdout.splitlines()[0].split()
+        assert wide[-2:] == ["AGE", "MESSAGE"] and "VERSION" in wide
+
+        # defaults from the schema were applied by the server
+        shard = await stack.api.get(KCPSHARDS, "default", "root")
+        assert shard["spec"]["shape"] == "BlueGreen"
+        assert shard["spec"]["roll"]["readyTimeoutSeconds"] == 300
+
+        bad = tmp_path / "bad.yaml"
+        bad.write_text(
+            EXAMPLE.read_text().replace("name: root\n  namespace", "name: bad\n  namespace")
+            + "  shape: Purple\n"
+        )
+        refused = stack.kubectl("apply", "-f", str(bad), check=False)
+        assert refused.returncode != 0
+        assert (
+            'spec.shape: Unsupported value: "Purple": supported values: "BlueGreen", "Single"'
+            in refused.stderr
+        )
+        with pytest.raises(NotFound):
+            await stack.api.get(KCPSHARDS, "default", "bad")
+
+        port = tmp_path / "port.yaml"
+        port.write_text(
+            EXAMPLE.read_text()
+            .replace("port: 6443", "port: 70000")
+            .replace("name: root\n  namespace", "name: port\n  namespace")
+        )
+        refused = stack.kubectl("apply", "-f", str(port), check=False)
+        assert "spec.front.port: Invalid value: 70000" in refused.stderr
+
+
+async def test_a_kopf_operator_sees_kcpshards_come_change_and_go(tmp_path: Path) -> None:
+    async with running_stack(tmp_path, operator=False) as stack:
+        kopf = start_process(
+            "kopf",
+            [
+                sys.executable,
+                "-m",
+                "kopf",
+                "run",
+                "--standalone",
+                "--all-namespaces",
+                str(Path(__file__).parent / "kopf_kcpshard_probe.py"),
+            ],
+            tmp_path / "kopf.log",
+            env={"KUBECONFIG": stack.info.kubeconfig},
+        )
+        try:
+            stack.kubectl("apply", "-f", str(EXAMPLE))
+
+            async def status_says(text: str) -> bool:
+                shard = await stack.api.get(KCPSHARDS, "default", "root")
+                return (shard.get("status") or {}).get("activeRevision") == text
+
+            await wait_for("kopf's status patch on create", lambda: status_says("create:v0.32.1"), timeout=30)
+            stack.kubectl(
+                "patch", "kshard", "root", "--type", "merge", "-p", '{"spec":{"kcp":{"version":"v0.32.2"}}}'
+            )
+            await wait_for("kopf's status patch on update", lambda: status_says("update:v0.32.2"), timeout=30)
+            shard = await stack.api.get(KCPSHARDS, "default", "root")
+            assert shard["status"]["observedGeneration"] == shard["metadata"]["generation"] == 2
+
+            stack.kubectl("delete", "kshard", "root", "--wait=true")
+
+            async def deleted() -> bool:
+                return "probe: deleted root" in (tmp_path / "kopf.log").read_text()
+
+            await wait_for("kopf's delete handler", deleted, timeout=30)
+            with pytest.raises(NotFound):
+                await stack.api.get(KCPSHARDS, "default", "root")
+        finally:
+            assert kopf.stop() == 0
+
+
+async def test_dev_up_and_down(tmp_path: Path) -> None:
+    env_dir = tmp_path / "env"
+    up = start_process(
+        "devenv", [*kcpshard_command(), "dev", "up", "--dir", str(env_dir)], tmp_path / "up.log"
+    )
+    try:
+        await wait_for("env.json", lambda: asyncio.sleep(0, (env_dir / "env.json").exists()), timeout=60)
+        kubeconfig = env_dir / "apiserver" / "kubeconfig"
+        assert kubeconfig.stat().st_mode & 0o777 == 0o600
+        kubectl = str(Path(sys.executable).parent / "kubectl")
+        namespaces = subprocess.run(
+            [kubectl, "get", "ns", "-o", "name"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            check=True,
+        )
+        assert "namespace/default" in namespaces.stdout
+        down = subprocess.run(
+            [*kcpshard_command(), "dev", "down", "--dir", str(env_dir)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert "SIGTERM" in down.stdout
+        assert up.popen.wait(30) == 0
+        assert "kubeconfig:" in up.log.read_text()
+        assert not (env_dir / "env.json").exists()
+    finally:
+        up.stop()
+    assert list(processes_under(env_dir)) == []
