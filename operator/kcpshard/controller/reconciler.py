@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+import httpx
 import kopf
 from pydantic import ValidationError
 
@@ -101,6 +102,10 @@ class ShardReconciler:
                 return  # the shard is gone
             except ApiError as exc:
                 self.logger.warning(f"API error, retrying: {exc}")
+                timeout = 2.0
+            except (KcpError, httpx.HTTPError, OSError) as exc:
+                # kcp or the front is briefly unreachable: the step is idempotent, try it again.
+                self.logger.warning(f"{type(exc).__name__}: {exc}; retrying")
                 timeout = 2.0
             if timeout is not None:
                 await self._sleep(stopped, timeout)
