@@ -428,7 +428,7 @@ class ShardReconciler:
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
             if not status.get("rollout"):
                 return None
-            status["rollout"] = None
+            status.pop("rollout", None)
             status["lastRoll"] = _dump(report)
             status["observedGeneration"] = rollout.target_generation or obs.generation
             if status.get("front"):
@@ -477,7 +477,7 @@ class ShardReconciler:
         message = f"{serving}roll aborted: {action.message}"
 
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
-            status["rollout"] = None
+            status.pop("rollout", None)
             status["lastRoll"] = _dump(report)
             status["observedGeneration"] = rollout.target_generation or obs.generation
             return _with_conditions(
