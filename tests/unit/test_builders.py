@@ -38,6 +38,7 @@ def test_kcpslot_is_owned_by_its_shard_and_labelled() -> None:
 def test_slot_job_runs_the_agent_on_the_node_with_kcp_after_the_separator() -> None:
     job = builders.slot_job(SHARD, SPEC, _slot(), agent_command=("kcpshard",))
     assert job["metadata"]["name"] == "root-b-abcdef12-3"  # slot, revision, start counter
+    assert job["metadata"]["labels"][builders.LABEL_START] == "3"
     assert job["metadata"]["ownerReferences"][0]["uid"] == "slot-uid"
     assert job["spec"]["backoffLimit"] == 0
     pod = job["spec"]["template"]["spec"]

@@ -295,7 +295,8 @@ class ShardReconciler:
         return None
 
     async def _create_slot(self, action: plan.CreateSlot, obs: plan.Observed) -> float | None:
-        body = builders.kcpslot(self._body, action.slot, action.revision, action.start)
+        start = max(action.start, await self._next_start(action.slot, action.revision))
+        body = builders.kcpslot(self._body, action.slot, action.revision, start)
         name = body["metadata"]["name"]
         try:
             slot_obj = await self.api.create(KCPSLOTS, self.namespace, body)
@@ -313,6 +314,22 @@ class ShardReconciler:
                 raise
         self._event("SlotCreated", f"created slot {action.slot.value} (Job {job['metadata']['name']})")
         return None
+
+    async def _next_start(self, slot: SlotName, revision: str) -> int:
+        """A start counter no Job of this slot and revision has used: a Job of an earlier slot
+        object may still be terminating (garbage collection is not instant), and the new slot
+        must never meet it under the same name."""
+        selector = ",".join(
+            f"{key}={value}"
+            for key, value in (
+                (builders.LABEL_SHARD, self.name),
+                (builders.LABEL_SLOT, slot.value),
+                (builders.LABEL_REVISION, revision),
+            )
+        )
+        jobs = await self.api.list(JOBS, self.namespace, label_selector=selector)
+        starts = [int(j["metadata"].get("labels", {}).get(builders.LABEL_START, 0)) for j in jobs["items"]]
+        return max(starts) + 1 if starts else 0
 
     async def _delete_slot(self, action: plan.DeleteSlot, obs: plan.Observed) -> float | None:
         slot = obs.slots.get(action.slot)

@@ -14,6 +14,7 @@ LABEL_SHARD = "kcpshard.dev/shard"
 LABEL_SLOT = "kcpshard.dev/slot"
 LABEL_REVISION = "kcpshard.dev/revision"
 LABEL_COMPONENT = "kcpshard.dev/component"
+LABEL_START = "kcpshard.dev/start"
 STATE_ROOT = "/var/lib/kcpshard"
 AGENT_SERVICE_ACCOUNT = "kcpshard-agent"
 DEFAULT_IMAGE = "ghcr.io/kcpshard/kcpshard:0.1.0"
@@ -147,13 +148,16 @@ def slot_job(
         "start",
         *kcp_start_args(spec, paths),
     ]
+    start = str(slot_obj["spec"].get("start", 0))
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": labels(shard, "slot", **{LABEL_SLOT: slot.value, LABEL_REVISION: revision}),
+            "labels": labels(
+                shard, "slot", **{LABEL_SLOT: slot.value, LABEL_REVISION: revision, LABEL_START: start}
+            ),
             "ownerReferences": [owner_reference(slot_obj)],
         },
         "spec": {
