@@ -16,8 +16,9 @@ from pathlib import Path
 
 from kcpshard.k8s.api import KCPSHARDS
 from kcpshard.testing.load import KubeStyleLoad
-from kcpshard.testing.stack import Stack, running_stack, shard_manifest, wait_for
+from kcpshard.testing.stack import Stack, running_stack, shard_manifest
 from kcpshard.testing.tcp import free_port
+from kcpshard.testing.waiting import wait_for
 
 KEYS = ("startToReady", "flip", "oldExit", "leaseHandover", "probe", "drain", "total", "operatorShare")
 

@@ -23,8 +23,9 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.testing.load import KubeStyleLoad
-from kcpshard.testing.stack import Stack, running_stack, wait_for
+from kcpshard.testing.stack import Stack, running_stack
 from kcpshard.testing.tcp import free_port
+from kcpshard.testing.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "root"

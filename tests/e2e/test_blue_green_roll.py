@@ -15,8 +15,9 @@ from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import JOBS, KCPSHARDS, KCPSLOTS, NotFound
 from kcpshard.kcp.client import KcpClient
 from kcpshard.testing.load import KubeStyleLoad
-from kcpshard.testing.stack import Stack, processes_under, running_stack, shard_manifest, wait_for
+from kcpshard.testing.stack import Stack, processes_under, running_stack, shard_manifest
 from kcpshard.testing.tcp import free_port
+from kcpshard.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

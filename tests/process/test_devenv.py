@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, NotFound
-from kcpshard.testing.stack import kcpshard_command, processes_under, running_stack, start_process, wait_for
+from kcpshard.testing.stack import kcpshard_command, processes_under, running_stack, start_process
+from kcpshard.testing.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "kcpshard.yaml"

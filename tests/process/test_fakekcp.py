@@ -9,7 +9,6 @@ import ssl
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -25,24 +24,6 @@ from kcpshard.testing.fakekcp.process import KcpProcess, wait_for
 
 FAST = {"KCP_FAKE_RSA_BITS": "2048", "KCP_FAKE_STARTUP_SECONDS": "0.2"}
 WS = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces"
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    server = EtcdServer(tmp_path / "etcd")
-    server.start_sync()
-    try:
-        yield server
-    finally:
-        server.stop_sync()
-
-
-@pytest.fixture
-def kcps() -> Iterator[list[KcpProcess]]:
-    started: list[KcpProcess] = []
-    yield started
-    for k in started:
-        k.stop()
 
 
 def start(

@@ -5,11 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp.process import KcpProcess, wait_for
@@ -24,24 +22,6 @@ QUICK = {
     "KCP_FAKE_RENEW_DEADLINE_SECONDS": "1",
     "KCP_FAKE_RETRY_PERIOD_SECONDS": "0.3",
 }
-
-
-@pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    server = EtcdServer(tmp_path / "etcd")
-    server.start_sync()
-    try:
-        yield server
-    finally:
-        server.stop_sync()
-
-
-@pytest.fixture
-def kcps() -> Iterator[list[KcpProcess]]:
-    started: list[KcpProcess] = []
-    yield started
-    for k in started:
-        k.stop()
 
 
 def start(

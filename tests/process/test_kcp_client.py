@@ -77,12 +77,6 @@ class Slot:
 
 
 @pytest.fixture
-def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
-    with EtcdServer(tmp_path / "etcd") as server:
-        yield server
-
-
-@pytest.fixture
 def start_slot(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Slot]]:
     slots: list[Slot] = []
     spec = KcpShardSpec.model_validate(

@@ -8,47 +8,25 @@ and HAProxy.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
 from kcpshard.testing.devenv import DevEnvInfo
-
-T = TypeVar("T")
+from kcpshard.testing.waiting import wait_for
 
 
 def kcpshard_command() -> list[str]:
     return [sys.executable, "-m", "kcpshard.cli"]
-
-
-async def wait_for(
-    what: str, probe: Callable[[], Awaitable[T | None]], timeout: float, interval: float = 0.1
-) -> T:
-    """Poll `probe` until it returns something truthy; raise with `what` on timeout."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = await probe()
-        except Exception as exc:  # the thing polled may not exist yet
-            last_error = exc
-            value = None
-        if value:
-            return value
-        await asyncio.sleep(interval)
-    suffix = f" (last error: {last_error})" if last_error else ""
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}{suffix}")
 
 
 @dataclass
