@@ -64,7 +64,7 @@ def _state(shard: dict[str, Any], slots: list[dict[str, Any]]) -> str:
 async def follow(stack: Stack, until: str, timeout: float) -> dict[str, Any]:
     """Print each change of the roll's step and the slots' conditions until `until` holds."""
     start = time.monotonic()
-    last = ""
+    last, last_step = "", ""
     while time.monotonic() - start < timeout:
         shard = await stack.api.get(KCPSHARDS, "default", NAME)
         slots = (await stack.api.list(KCPSLOTS, "default"))["items"]
@@ -73,6 +73,14 @@ async def follow(stack: Stack, until: str, timeout: float) -> dict[str, Any]:
             print(f"  +{time.monotonic() - start:5.1f}s  {state}", flush=True)
             last = state
         status = shard.get("status") or {}
+        step = (status.get("rollout") or {}).get("step", "")
+        if step != last_step and step:
+            # What a person sees with kubectl at each step (in a thread: the client keeps sending).
+            args = ("get", "kcpshards,kcpslots", "--no-headers")
+            table = await asyncio.to_thread(stack.kubectl, *args, check=False)
+            for line in table.stdout.splitlines():
+                print(f"           | {line}", flush=True)
+            last_step = step
         if not status.get("rollout") and (status.get("lastRoll") or {}).get("toSlot") == until:
             return shard
         await asyncio.sleep(0.2)

@@ -98,8 +98,11 @@ class ShardReconciler:
         while not stopped.is_set():
             try:
                 timeout = await self.reconcile_once()
-            except NotFound:
-                return  # the shard is gone
+            except NotFound as exc:
+                if await self._shard_gone():
+                    return
+                self.logger.warning(f"{exc}; looking again")
+                timeout = 1.0
             except ApiError as exc:
                 self.logger.warning(f"API error, retrying: {exc}")
                 timeout = 2.0
@@ -121,6 +124,13 @@ class ShardReconciler:
         finally:
             for task in waits:
                 task.cancel()
+
+    async def _shard_gone(self) -> bool:
+        try:
+            await self.api.get(KCPSHARDS, self.namespace, self.name)
+        except NotFound:
+            return True
+        return False
 
     async def reconcile_once(self) -> float | None:
         """One observe-plan-act round; returns how long to wait, or None to go on at once."""
@@ -292,6 +302,9 @@ class ShardReconciler:
         self._event(action.step.value, action.message)
         if rollout.step == plan.Step.FLIPPING.value:
             await self._set_slot_condition(rollout.to_slot, "Flipped", "True", "FrontServes", action.message)
+            if rollout.from_slot:
+                moved = f"the front serves slot {rollout.to_slot}"
+                await self._set_slot_condition(rollout.from_slot, "Flipped", "False", "FrontMovedOn", moved)
         return None
 
     async def _create_slot(self, action: plan.CreateSlot, obs: plan.Observed) -> float | None:
@@ -586,7 +599,8 @@ class ShardReconciler:
                 status["holderIdentity"] = holder
             return status
 
-        await mutate_status(self.api, KCPSLOTS, self.namespace, name, change)
+        with contextlib.suppress(NotFound):  # a slot already gone has nothing to mark
+            await mutate_status(self.api, KCPSLOTS, self.namespace, name, change)
 
     async def _mutate(self, fn: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
         self._body = await mutate_status(self.api, KCPSHARDS, self.namespace, self.name, fn)
