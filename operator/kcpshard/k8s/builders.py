@@ -17,7 +17,8 @@ LABEL_COMPONENT = "kcpshard.dev/component"
 LABEL_START = "kcpshard.dev/start"
 STATE_ROOT = "/var/lib/kcpshard"
 AGENT_SERVICE_ACCOUNT = "kcpshard-agent"
-DEFAULT_IMAGE = "ghcr.io/kcpshard/kcpshard:0.1.0"
+# The tag of a local `docker build -t kcpshard:0.1.0 .`; the operator takes --image for a pushed one.
+DEFAULT_IMAGE = "kcpshard:0.1.0"
 # Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
 STOP_MARGIN_SECONDS = 20
 
