@@ -44,6 +44,9 @@ async def test_blue_green_roll_loses_no_request(tmp_path: Path) -> None:
         manifest = shard_manifest("root", etcd=stack.info.etcd_endpoint, front_port=front_port)
         await stack.api.create(KCPSHARDS, "default", manifest)
         first = await _ready_shard(stack, "root")
+        # kstatus as GitOps tools and scripts read it
+        waited = stack.kubectl("wait", "kshard/root", "--for=condition=Ready", "--timeout=30s")
+        assert "condition met" in waited.stdout
         assert first["status"]["activeSlot"] == "a"
         assert first["status"]["lastRoll"]["result"] == "Succeeded"
 
