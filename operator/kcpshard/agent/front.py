@@ -26,8 +26,9 @@ import httpx
 from pydantic import ValidationError
 
 from kcpshard.agent.haproxy import SLOTS, HAProxy, HAProxyError
+from kcpshard.api.conditions import now
 from kcpshard.api.models import FrontSpec
-from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound, now_rfc3339
+from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.kubeconfig import KubeconfigError
 
 log = logging.getLogger("kcpshard.agent.front")
@@ -184,7 +185,7 @@ class FrontAgent:
             observed = (front_status.get("observedBackend"), front_status.get("observedPort"))
             if observed != self._applied:
                 patch.update(
-                    observedBackend=self._applied[0], observedPort=self._applied[1], observedAt=now_rfc3339()
+                    observedBackend=self._applied[0], observedPort=self._applied[1], observedAt=now()
                 )
 
         connections = await haproxy.connections()

@@ -79,15 +79,3 @@ def set_condition(
             new["observedGeneration"] = observed_generation
         result.append(new)
     return result
-
-
-def same(a: Iterable[Mapping[str, Any]] | None, b: Iterable[Mapping[str, Any]] | None) -> bool:
-    """Equal but for lastTransitionTime: used to skip writes that would change nothing."""
-
-    def key(items: Iterable[Mapping[str, Any]] | None) -> list[tuple[Any, ...]]:
-        return sorted(
-            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("observedGeneration"))
-            for c in items or ()
-        )
-
-    return key(a) == key(b)

@@ -14,13 +14,13 @@ import json
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
 import httpx
 
+from kcpshard.api import conditions
 from kcpshard.k8s.kubeconfig import ConnectionConfig, resolve_config
 
 log = logging.getLogger(__name__)
@@ -119,10 +119,6 @@ DEPLOYMENTS = ResourceRef("apps", "v1", "deployments")
 LEASES = ResourceRef("coordination.k8s.io", "v1", "leases")
 KCPSHARDS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpshards")
 KCPSLOTS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpslots")
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class _BearerAuth(httpx.Auth):
@@ -274,7 +270,7 @@ class ApiClient:
         """Post a core/v1 Event about ``involved`` (as client-go's ``record.EventRecorder`` does)."""
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
-        now = now_rfc3339()
+        now = conditions.now()
         body = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -276,13 +276,9 @@ def _flipping(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Act
         return Stall(
             "FlipTimeout",
             f"the front did not confirm slot {to.name.value} within "
-            f"{obs.spec.roll.flip_timeout_seconds}s; check the front Deployment {_front_hint(obs)}",
+            f"{obs.spec.roll.flip_timeout_seconds}s; check the front Deployment on node {obs.spec.node}",
         )
     return Wait("waiting for the front to confirm the flip", until=deadline)
-
-
-def _front_hint(obs: Observed) -> str:
-    return f"on node {obs.spec.node}"
 
 
 def _stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:

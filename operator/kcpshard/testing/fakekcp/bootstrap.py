@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 import uuid
 
+from kcpshard.api.conditions import now
 from kcpshard.testing.fakekcp import flags
 from kcpshard.testing.fakekcp.etcdstore import AlreadyExists, Conflict, EtcdStore, NotFound, Obj
-from kcpshard.testing.fakekcp.resources import Resource, now_rfc3339
+from kcpshard.testing.fakekcp.resources import Resource
 
 SHARDS = Resource("core.kcp.io", "v1alpha1", "shards", "Shard", namespaced=False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
@@ -31,7 +32,7 @@ SHARD_CLUSTER = "system:shard"
 
 
 def _meta(name: str, namespace: str = "") -> Obj:
-    meta: Obj = {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": now_rfc3339()}
+    meta: Obj = {"name": name, "uid": str(uuid.uuid4()), "creationTimestamp": now()}
     if namespace:
         meta["namespace"] = namespace
     return meta
@@ -88,7 +89,7 @@ async def run(store: EtcdStore, opts: flags.Options, default_base: str, version:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta("system-crds", "default"),
-        "data": {"version": version, "shard": opts.shard_name, "bootstrappedAt": now_rfc3339()},
+        "data": {"version": version, "shard": opts.shard_name, "bootstrappedAt": now()},
     }
     await apply(store, CONFIGMAPS.key(SYSTEM_CRDS_CLUSTER, "default", "system-crds"), marker, ("data",))
     namespaces = [("system:admin", "default"), ("system:admin", "kube-system")]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import secrets
 import string
@@ -19,15 +18,12 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from kcpshard.api.conditions import now
 from kcpshard.testing.fakekcp import apistatus
 from kcpshard.testing.fakekcp.etcdstore import AlreadyExists, Conflict, EtcdStore, NotFound, Obj
 from kcpshard.testing.fakekcp.waitgroup import WaitGroup
 
 Hook = Callable[[Obj], None]
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ def new_object_meta(obj: Obj, res: Resource, namespace: str) -> None:
     if res.namespaced:
         meta["namespace"] = namespace
     meta["uid"] = str(uuid.uuid4())
-    meta["creationTimestamp"] = now_rfc3339()
+    meta["creationTimestamp"] = now()
     meta.setdefault("generation", 1)
     meta.pop("resourceVersion", None)
     obj["apiVersion"] = res.api_version

@@ -13,9 +13,10 @@ import asyncio
 import hashlib
 from collections.abc import Callable
 
+from kcpshard.api.conditions import now
 from kcpshard.testing.fakekcp import klog
 from kcpshard.testing.fakekcp.etcdstore import Conflict, EtcdStore, NotFound, Obj, StoreError
-from kcpshard.testing.fakekcp.resources import Resource, now_rfc3339
+from kcpshard.testing.fakekcp.resources import Resource
 
 READIED_BY = "fake.kcp.io/readied-by"
 SCHEDULING, INITIALIZING, READY = "Scheduling", "Initializing", "Ready"
@@ -39,7 +40,7 @@ WORKSPACES = Resource(
 
 
 def _condition(type_: str) -> Obj:
-    return {"type": type_, "status": "True", "lastTransitionTime": now_rfc3339()}
+    return {"type": type_, "status": "True", "lastTransitionTime": now()}
 
 
 def next_state(ws: Obj, base_url: str, shard: str, holder: str) -> Obj | None:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kcpshard.k8s.api import CONFIGMAPS, PODS, SECRETS, ApiClient, ApiError, NotFound, now_rfc3339
+from kcpshard.api.conditions import now as timestamp
+from kcpshard.k8s.api import CONFIGMAPS, PODS, SECRETS, ApiClient, ApiError, NotFound
 from kcpshard.testing.runner.envs import POD_IP, ConfigError, build_env, referenced_names
 from kcpshard.testing.runner.expand import expand
 from kcpshard.testing.runner.probes import run_probe
@@ -89,7 +90,7 @@ def _terminated(code: int, started_at: str, reason: str | None = None, message: 
         "exitCode": code,
         "reason": reason or ("Completed" if code == 0 else "Error"),
         "startedAt": started_at,
-        "finishedAt": now_rfc3339(),
+        "finishedAt": timestamp(),
     }
     if message:
         body["message"] = message
@@ -128,7 +129,7 @@ class PodWorker:
         self.reason: str | None = None
         self.message: str | None = None
         self.initialized = not self.init_states
-        self.start_time = str((self.pod.get("status") or {}).get("startTime") or now_rfc3339())
+        self.start_time = str((self.pod.get("status") or {}).get("startTime") or timestamp())
         self._terminate = asyncio.Event()
         self._grace = DEFAULT_GRACE
         self._finalize = False  # finish the API delete handshake after stopping
@@ -266,7 +267,7 @@ class PodWorker:
     def _fail_start(self, name: str, message: str) -> None:
         for state in [*self.containers.values(), *self.init_states.values()]:
             if state.name == name:
-                state.state = _terminated(128, now_rfc3339(), "StartError", message)
+                state.state = _terminated(128, timestamp(), "StartError", message)
             else:
                 state.state = {"waiting": {"reason": "PodInitializing"}}
             state.done = True
@@ -320,7 +321,7 @@ class PodWorker:
     async def _start(self, state: ContainerState) -> str | None:
         """Start the container process; returns startedAt, or None after a StartError."""
         launch = self._launches[state.name]
-        started_at = now_rfc3339()
+        started_at = timestamp()
         try:
             state.proc = await ContainerProcess.start(
                 launch.argv, launch.env, launch.cwd, self.dir / f"{state.name}.log"
@@ -443,7 +444,7 @@ class PodWorker:
         ready_msg = (
             None if all_ready or terminal else f"containers with unready status: [{' '.join(not_ready)}]"
         )
-        now = now_rfc3339()
+        now = timestamp()
 
         def cond(
             kind: str, ok: bool, reason: str | None = None, message: str | None = None
