@@ -52,6 +52,9 @@ def _structural(node: Any, defs: dict[str, Any], *, keep_defaults: bool) -> Any:
             del merged["default"]
         return _structural(merged, defs, keep_defaults=keep_defaults)
     out: dict[str, Any] = {}
+    if node.get("x-kubernetes-preserve-unknown-fields"):
+        # A free-form object: structural schemas say so with this marker, not `additionalProperties: true`.
+        node = {k: v for k, v in node.items() if k != "additionalProperties"}
     for key, value in node.items():
         if key in _DROP_KEYS or key == "$defs":
             continue

@@ -140,6 +140,7 @@ class RollSpec(Model):
     probe_timeout_seconds: Annotated[int, Field(alias="probeTimeoutSeconds", ge=1, le=3600)] = 120
     drain_timeout_seconds: Annotated[int, Field(alias="drainTimeoutSeconds", ge=0, le=3600)] = 30
     backup: Annotated[bool, Field(description="Snapshot the store before each roll.")] = False
+    backup_timeout_seconds: Annotated[int, Field(alias="backupTimeoutSeconds", ge=1, le=86400)] = 600
 
 
 class KcpShardSpec(Model):
@@ -185,10 +186,22 @@ class Condition(Model):
     observed_generation: Annotated[int | None, Field(alias="observedGeneration")] = None
 
 
+class BackupReport(Model):
+    """The store snapshot taken before a roll (`roll.backup`)."""
+
+    job: str
+    path: Annotated[str, Field(description="File of the snapshot on the shard's node.")]
+    seconds: float
+    size_bytes: Annotated[int | None, Field(alias="sizeBytes")] = None
+
+
 class RolloutStatus(Model):
     """The roll under way. The step lives here, not in conditions."""
 
     step: str
+    id: Annotated[
+        str | None, Field(description="Id of this roll; a slot not created by it is never adopted.")
+    ] = None
     from_slot: Annotated[str | None, Field(alias="fromSlot")] = None
     to_slot: Annotated[str, Field(alias="toSlot")]
     target_revision: Annotated[str, Field(alias="targetRevision")]
@@ -199,6 +212,18 @@ class RolloutStatus(Model):
         str | None,
         Field(alias="fromHolder", description="Lease holder seen before the old slot was stopped."),
     ] = None
+    restoring: Annotated[
+        bool, Field(description="Single shape: the new revision failed; the old one is being started again.")
+    ] = False
+    from_spec: Annotated[
+        dict[str, Any] | None,
+        Field(
+            alias="fromSpec",
+            description="The spec the old slot ran (Single shape: to start it again if the roll fails).",
+            json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        ),
+    ] = None
+    backup: BackupReport | None = None
     started_at: Annotated[str, Field(alias="startedAt")]
     step_started_at: Annotated[str | None, Field(alias="stepStartedAt")] = None
     timestamps: Annotated[dict[str, str], Field(description="When each step was reached.")] = Field(
@@ -214,6 +239,7 @@ class RollReport(Model):
     to_revision: Annotated[str | None, Field(alias="toRevision")] = None
     shape: Shape = Shape.BLUE_GREEN
     timestamps: dict[str, str] = Field(default_factory=dict)
+    backup: BackupReport | None = None
     durations: Annotated[dict[str, float], Field(description="Seconds: startToReady, oldExit, total...")] = (
         Field(default_factory=dict)
     )
@@ -232,6 +258,10 @@ class FrontStatus(Model):
         default_factory=dict
     )
     observed_at: Annotated[str | None, Field(alias="observedAt")] = None
+    error: Annotated[
+        str | None,
+        Field(description="Why the front cannot serve, as its agent sees it; cleared once it serves."),
+    ] = None
 
 
 class KcpShardStatus(Model):
@@ -242,6 +272,13 @@ class KcpShardStatus(Model):
     rollout: RolloutStatus | None = None
     last_roll: Annotated[RollReport | None, Field(alias="lastRoll")] = None
     front: FrontStatus | None = None
+    admin_kubeconfig_secret: Annotated[
+        str | None,
+        Field(
+            alias="adminKubeconfigSecret",
+            description="Secret with the kcp-admin kubeconfig of the serving slot (key `kubeconfig`).",
+        ),
+    ] = None
 
 
 class KcpSlotSpec(Model):
@@ -251,6 +288,7 @@ class KcpSlotSpec(Model):
     start: Annotated[
         int, Field(ge=0, description="Start counter: a re-created slot gets a new Job name.")
     ] = 0
+    roll: Annotated[str | None, Field(description="Id of the roll that created this slot.")] = None
 
 
 class KcpSlotStatus(Model):
