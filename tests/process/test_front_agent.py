@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from kcpshard.agent import front as front_module
 from kcpshard.agent.front import FrontAgent
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
 from kcpshard.testing.tcp import Client, Echo, eventually, free_port
@@ -215,13 +216,20 @@ async def test_front_agent_restarts_a_dead_haproxy_and_stops_on_sigterm(
 
     await eventually(serves_b)
 
-    info = await _runtime(agent.state_dir / "haproxy.sock", "show info")
-    pid = int(next(line.split(":", 1)[1] for line in info.splitlines() if line.startswith("Pid:")))
+    pid = await _haproxy_pid(agent.state_dir / "haproxy.sock")
     os.kill(pid, signal.SIGKILL)
 
     # A new HAProxy comes up on the same port with the desired backend applied again.
     await eventually(serves_b)
-    assert "restarting it" in agent.log()
+    assert await _haproxy_pid(agent.state_dir / "haproxy.sock") != pid
+    assert "haproxy exited with signal SIGKILL; restarting it" in agent.log()
+
+    async def error_cleared() -> bool:
+        front = await front_status(api)
+        return "error" not in front and front.get("observedBackend") == "b"
+
+    await eventually(error_cleared)
+    assert agent.proc.poll() is None  # the agent itself never exited
 
     agent.proc.send_signal(signal.SIGTERM)
     assert await asyncio.to_thread(agent.proc.wait, 15) == 0
@@ -230,20 +238,55 @@ async def test_front_agent_restarts_a_dead_haproxy_and_stops_on_sigterm(
     assert "Traceback" not in agent.log()
 
 
-async def test_front_agent_exits_with_a_clear_message_when_the_port_is_taken(
-    api_server: Any, api: ApiClient, tmp_path: Path
+async def test_front_agent_reports_a_taken_port_and_serves_once_it_is_free(
+    api_server: Any, api: ApiClient, tmp_path: Path, echoes: tuple[Echo, Echo]
 ) -> None:
-    with socket.socket() as taken:
+    a, _ = echoes
+    taken = socket.socket()
+    try:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        await api.create(KCPSHARDS, NAMESPACE, shard_body(int(taken.getsockname()[1])))
+        port = int(taken.getsockname()[1])
+        await api.create(KCPSHARDS, NAMESPACE, shard_body(port))
         agent = spawn_agent(Path(api_server.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
         try:
-            assert await asyncio.to_thread(agent.proc.wait, 30) == 1
+
+            async def error_reported() -> bool:
+                return "error" in await front_status(api)
+
+            await eventually(error_reported)
+            front = await front_status(api)
+            assert front["error"] == (
+                f"cannot listen on 127.0.0.1:{port}: the address is already in use on node local "
+                "(another process holds the port)"
+            )
+            assert "observedAt" not in front
+            assert agent.proc.poll() is None  # still running, retrying
+
+            taken.close()
+
+            async def listening() -> bool:
+                front = await front_status(api)
+                return "error" not in front and bool(front.get("observedAt"))
+
+            await eventually(listening)
+            await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
+
+            async def serves_a() -> bool:
+                return await answer(port, "x") == "a:x"
+
+            await eventually(serves_a)
+            assert agent.proc.poll() is None
         finally:
             agent.kill_group()
-    assert "the port is taken" in agent.log()
+    finally:
+        taken.close()
     assert "Traceback" not in agent.log()
+
+
+async def _haproxy_pid(socket_path: Path) -> int:
+    info = await _runtime(socket_path, "show info")
+    return int(next(line.split(":", 1)[1] for line in info.splitlines() if line.startswith("Pid:")))
 
 
 async def _runtime(socket_path: Path, cmd: str) -> str:
@@ -278,6 +321,7 @@ class StubApi:
         self.obj["status"] = {}
         self.patches: list[dict[str, Any]] = []
         self._watchers: list[asyncio.Queue[dict[str, Any]]] = []
+        self.agent: FrontAgent | None = None
 
     def _changed(self) -> None:
         meta = self.obj["metadata"]
@@ -323,25 +367,34 @@ async def holds(value: bool) -> bool:
     return value
 
 
-@pytest.fixture
-async def stub_front(tmp_path: Path, front_port: int) -> AsyncIterator[StubApi]:
-    stub = StubApi(shard_body(front_port))
+@contextlib.asynccontextmanager
+async def running_agent(stub: StubApi, state_dir: Path, **kw: Any) -> AsyncIterator[FrontAgent]:
+    """The agent in this process against ``stub``; stopped (and its HAProxy with it) on exit."""
     agent = FrontAgent(
         stub,  # type: ignore[arg-type]
         NAMESPACE,
         SHARD,
-        tmp_path / "front",
+        state_dir,
         binary=HAPROXY,
         report_interval=0.05,
+        **kw,
     )
+    stub.agent = agent
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:
-        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
-        yield stub
+        yield agent
     finally:
         stop.set()
         assert await asyncio.wait_for(task, 15) == 0
+
+
+@pytest.fixture
+async def stub_front(tmp_path: Path, front_port: int) -> AsyncIterator[StubApi]:
+    stub = StubApi(shard_body(front_port))
+    async with running_agent(stub, tmp_path / "front"):
+        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
+        yield stub
 
 
 async def test_agent_patches_only_its_own_keys(
@@ -395,3 +448,71 @@ async def test_agent_ignores_a_desired_backend_that_is_not_a_slot(
     stub_front.operator_writes({"desiredBackend": "c", "desiredPort": 1234})
     await eventually(lambda: holds("ignoring desiredBackend='c'" in caplog.text))
     assert "observedBackend" not in stub_front.front()
+
+
+async def test_agent_reports_observed_at_as_soon_as_haproxy_listens(
+    stub_front: StubApi, front_port: int
+) -> None:
+    front = stub_front.front()
+    assert front["observedAt"]  # no backend yet: the operator still sees a listening front
+    assert "observedBackend" not in front and "error" not in front
+    client = await Client.connect(front_port)  # accepted: HAProxy listens
+    client.close()
+
+
+async def test_agent_reports_a_killed_haproxy_restarts_it_and_clears_the_error(
+    stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int
+) -> None:
+    a, _ = echoes
+    stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
+    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
+    assert stub_front.agent is not None and stub_front.agent.haproxy is not None
+    pid = stub_front.agent.haproxy.pid
+    assert pid is not None
+    seen = len(stub_front.patches)
+    os.kill(pid, signal.SIGKILL)
+
+    async def serves_a() -> bool:
+        return await answer(front_port, "again") == "a:again"
+
+    await eventually(serves_a)  # the desired backend is applied to the new HAProxy without any new write
+    await eventually(lambda: holds("error" not in stub_front.front()))
+    assert stub_front.agent.haproxy.pid != pid
+    errors = [
+        p["status"]["front"]["error"] for p in stub_front.patches[seen:] if "error" in p["status"]["front"]
+    ]
+    assert errors == ["haproxy exited with signal SIGKILL; restarting it", None]
+
+
+async def test_agent_retries_a_taken_port_with_backoff_and_logs_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
+    attempts: list[int] = []
+    real_check = front_module.check_bindable
+
+    def counting_check(address: str, port: int) -> None:
+        attempts.append(port)
+        real_check(address, port)
+
+    monkeypatch.setattr(front_module, "check_bindable", counting_check)
+    taken = socket.socket()
+    try:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        stub = StubApi(shard_body(port))
+        async with running_agent(stub, tmp_path / "front", start_backoff=(0.02, 0.05)):
+            await eventually(lambda: holds(len(attempts) >= 4))
+            assert stub.front()["error"].startswith(
+                f"cannot listen on 127.0.0.1:{port}: the address is already"
+            )
+            assert caplog.text.count("cannot serve") == 1  # retried several times, logged once
+            error_patches = [p for p in stub.patches if "error" in p["status"]["front"]]
+            assert len(error_patches) == 1  # an unchanged error is not written again
+
+            taken.close()
+            await eventually(lambda: holds("error" not in stub.front() and "observedAt" in stub.front()))
+            assert "serves again" in caplog.text
+    finally:
+        taken.close()

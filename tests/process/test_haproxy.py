@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.agent.haproxy import HAProxy, HAProxyError, render_config
+from kcpshard.agent.haproxy import HAProxy, HAProxyBindError, HAProxyError, check_bindable, render_config
 from kcpshard.testing.tcp import Client, Echo, eventually, free_port
 
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin") or ""
@@ -103,14 +105,38 @@ async def test_unknown_slot_is_refused(front: HAProxy) -> None:
         await front.set_backend("c", 1234)
 
 
-async def test_taken_port_fails_with_a_clear_message(tmp_path: Path) -> None:
+async def test_taken_port_fails_with_a_clear_message_from_haproxy_output(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        proxy = HAProxy(tmp_path, "127.0.0.1", int(taken.getsockname()[1]))
-        with pytest.raises(HAProxyError, match="port is taken"):
-            await proxy.start()
+        port = int(taken.getsockname()[1])
+        proxy = HAProxy(tmp_path, "127.0.0.1", port)
+        with pytest.raises(HAProxyBindError) as failed:
+            await proxy.start()  # no pre-check here: the message comes from HAProxy's own alert
         assert not proxy.alive
+    assert failed.value.code == errno.EADDRINUSE
+    assert failed.value.message("node-1") == (
+        f"cannot listen on 127.0.0.1:{port}: the address is already in use on node node-1 "
+        "(another process holds the port)"
+    )
+
+
+def test_check_bindable_names_a_taken_port_and_passes_a_free_one() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        with pytest.raises(HAProxyBindError, match=f"127.0.0.1:{port}: the address is already in use"):
+            check_bindable("127.0.0.1", port)
+    check_bindable("127.0.0.1", port)  # released: free again
+
+
+async def test_describe_exit_after_sigkill(front: HAProxy) -> None:
+    assert front.pid is not None
+    os.kill(front.pid, signal.SIGKILL)
+    assert await front.wait() == -signal.SIGKILL
+    assert not front.alive
+    assert front.describe_exit() == "haproxy exited with signal SIGKILL"
 
 
 async def test_missing_binary_names_the_package(tmp_path: Path) -> None:

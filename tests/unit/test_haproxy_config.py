@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.agent.haproxy import HAProxyError, render_config
+from kcpshard.agent.haproxy import HAProxyError, bind_failure, describe_returncode, render_config
 
 SOCK = Path("/run/kcpshard/front/haproxy.sock")
 
@@ -61,3 +61,46 @@ def test_runtime_socket_moves_to_a_short_private_folder_when_the_state_dir_is_de
     assert len(str(path).encode()) <= MAX_SOCKET_PATH
     assert path.parent.stat().st_mode & 0o777 == 0o700
     assert runtime_socket_path(deep) == path  # stable: a restarted agent finds its socket
+
+
+# What HAProxy 2.6.12 prints when its bind fails (captured from /usr/sbin/haproxy -db).
+_IN_USE = [
+    "[NOTICE]   (5751) : haproxy version is 2.6.12-1+deb12u4",
+    "[ALERT]    (5751) : Binding [a.cfg:16] for frontend front: cannot bind socket (Address already in use)"
+    " for [127.0.0.1:35255]",
+    "[ALERT]    (5751) : [haproxy.main()] Some protocols failed to start their listeners! Exiting.",
+]
+
+
+def test_bind_failure_in_use_is_read_from_haproxy_output() -> None:
+    found = bind_failure(_IN_USE, "127.0.0.1", 35255)
+    assert found is not None
+    assert found.message("n1") == (
+        "cannot listen on 127.0.0.1:35255: the address is already in use on node n1 "
+        "(another process holds the port)"
+    )
+    assert str(found) == (
+        "cannot listen on 127.0.0.1:35255: the address is already in use (another process holds the port)"
+    )
+
+
+def test_bind_failure_address_not_on_host_and_unknown_reason() -> None:
+    line = "[ALERT] (1) : Binding [x:16]: cannot bind socket (Cannot assign requested address) for [...]"
+    found = bind_failure([line], "10.0.0.9", 6443)
+    assert found is not None
+    assert (
+        found.message("n1")
+        == "cannot listen on 10.0.0.9:6443: the address is not assigned to any interface on node n1"
+    )
+    odd = bind_failure(["[ALERT] (1) : cannot bind socket (Something new)"], "127.0.0.1", 6443)
+    assert odd is not None and odd.message(None) == "cannot listen on 127.0.0.1:6443: something new"
+
+
+def test_bind_failure_is_none_for_other_output() -> None:
+    assert bind_failure(["[ALERT] (1) : parsing [x:3]: unknown keyword 'bogus'"], "127.0.0.1", 6443) is None
+
+
+def test_describe_returncode() -> None:
+    assert describe_returncode(1) == "exited with code 1"
+    assert describe_returncode(-9) == "exited with signal SIGKILL"
+    assert describe_returncode(-200) == "exited with signal 200"

@@ -9,6 +9,11 @@ Level-based like a client-go controller (``k8s.io/client-go/tools/cache`` inform
 watch event or report tick compares the latest KcpShard with what HAProxy does and closes the gap, so a
 restarted agent or HAProxy converges without remembering anything. All coordination goes through the API
 server: the agent listens on no control port.
+
+The agent never exits because HAProxy cannot serve: it reports why in ``status.front.error`` (a taken
+port, HAProxy dying), starts HAProxy again with backoff, and clears ``error`` once it listens. Like the
+kubelet's CrashLoopBackOff (``pkg/kubelet/kuberuntime``), but inside the pod, so the desired backend is
+back within a second of a crash.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -25,7 +32,7 @@ from typing import Any, TypeGuard
 import httpx
 from pydantic import ValidationError
 
-from kcpshard.agent.haproxy import SLOTS, HAProxy, HAProxyError
+from kcpshard.agent.haproxy import SLOTS, HAProxy, HAProxyBindError, HAProxyError, check_bindable
 from kcpshard.api.conditions import now
 from kcpshard.api.models import FrontSpec
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound
@@ -34,6 +41,8 @@ from kcpshard.k8s.kubeconfig import KubeconfigError
 log = logging.getLogger("kcpshard.agent.front")
 
 MAX_BACKOFF_SECONDS = 30.0
+# Between failed starts of HAProxy: the first retry soon (a port freed a moment later), then capped.
+START_BACKOFF_SECONDS = (1.0, 10.0)
 # Errors the loop survives: the API server or HAProxy being away for a while is expected.
 _TRANSIENT = (ApiError, httpx.HTTPError, HAProxyError, OSError)
 
@@ -50,6 +59,7 @@ class FrontAgent:
         *,
         binary: str | None = None,
         report_interval: float = 1.0,
+        start_backoff: tuple[float, float] = START_BACKOFF_SECONDS,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -64,6 +74,14 @@ class FrontAgent:
         self._reported_connections: dict[str, int] | None = None
         self._last_problem = ""
         self._warned: set[str] = set()
+        self.start_backoff = start_backoff
+        # What status.front.error should say: None while HAProxy serves.
+        self._error: str | None = None
+        self._serving = False  # HAProxy was started by us and has not been seen dead since
+        self._start_failures = 0
+        self._next_start = 0.0  # loop time of the next start attempt
+        self._announce = False  # a freshly started HAProxy: report observedAt even without a backend
+        self._target: tuple[str, int] | None = None  # last backend applied, kept across HAProxy restarts
 
     # -- start-up ---------------------------------------------------------------------------------------
 
@@ -106,11 +124,6 @@ class FrontAgent:
         if front is None:
             return 0
         self.haproxy = HAProxy(self.state_dir, front.address, front.port, self.binary)
-        try:
-            await self.haproxy.start()
-        except HAProxyError as exc:
-            log.error("%s", exc)
-            return 1
         watcher = asyncio.create_task(self._watch())
         failures = 0
         try:
@@ -124,9 +137,18 @@ class FrontAgent:
                     failures = 0
                     self._recovered()
                 except _TRANSIENT as exc:
-                    failures += 1
-                    self._problem(f"front of {self.namespace}/{self.shard}: {_short(exc)}")
+                    # A runtime command that failed because HAProxy just died is no API trouble: the next
+                    # pass reports the exit and restarts it at once, without backoff or a warning.
+                    if not (isinstance(exc, HAProxyError) and self._died()):
+                        failures += 1
+                        self._problem(f"front of {self.namespace}/{self.shard}: {_short(exc)}")
                 delay = _backoff(self.report_interval, failures) if failures else self.report_interval
+                if self._died():
+                    delay = 0.0
+                elif not self._serving:
+                    # Wake for the next start attempt even when reports are rarer than that.
+                    until_start = self._next_start - asyncio.get_running_loop().time()
+                    delay = min(delay, max(until_start, 0.0))
                 await self._sleep(stop, delay)
         finally:
             watcher.cancel()
@@ -172,14 +194,31 @@ class FrontAgent:
         haproxy = await self._ensure_haproxy()
         obj = self._obj
         if obj is None:
+            if haproxy is not None and self._target is not None and self._applied != self._target:
+                # KcpShard gone: a restarted HAProxy still gets the last backend, as the old one kept it.
+                await haproxy.set_backend(*self._target)
+                self._applied = self._target
             return
         front_status = (obj.get("status") or {}).get("front") or {}
-        patch: dict[str, Any] = {}
+        patch = await self._serving_patch(haproxy, front_status) if haproxy is not None else {}
+        if front_status.get("error") != self._error:
+            patch["error"] = self._error  # None clears it (merge patch)
+        if patch:
+            self._obj = await self.api.patch(
+                KCPSHARDS, self.namespace, self.shard, {"status": {"front": patch}}, subresource="status"
+            )
+            if "connections" in patch:
+                self._reported_connections = patch["connections"]
+            if "observedAt" in patch:
+                self._announce = False
 
+    async def _serving_patch(self, haproxy: HAProxy, front_status: dict[str, Any]) -> dict[str, Any]:
+        """Apply the desired backend and drain; the status keys that differ from what HAProxy does."""
+        patch: dict[str, Any] = {}
         desired = self._desired(front_status)
         if desired is not None and desired != self._applied:
             await haproxy.set_backend(*desired)
-            self._applied = desired
+            self._applied = self._target = desired
             log.info("new connections now go to slot %s (port %s)", *desired)
         if self._applied is not None:
             observed = (front_status.get("observedBackend"), front_status.get("observedPort"))
@@ -187,6 +226,9 @@ class FrontAgent:
                 patch.update(
                     observedBackend=self._applied[0], observedPort=self._applied[1], observedAt=now()
                 )
+        if self._announce:
+            # The operator waits for a listening front before it starts a new shard's first slot.
+            patch["observedAt"] = now()
 
         connections = await haproxy.connections()
         drain = front_status.get("drain")
@@ -199,16 +241,10 @@ class FrontAgent:
                 connections = await haproxy.connections()
         if connections != self._reported_connections:
             patch["connections"] = connections
+        return patch
 
-        if patch:
-            self._obj = await self.api.patch(
-                KCPSHARDS, self.namespace, self.shard, {"status": {"front": patch}}, subresource="status"
-            )
-            if "connections" in patch:
-                self._reported_connections = connections
-
-    async def _ensure_haproxy(self) -> HAProxy:
-        """HAProxy, restarted when it died or when spec.front moved it to another address or port."""
+    async def _ensure_haproxy(self) -> HAProxy | None:
+        """HAProxy, (re)started when it died or spec.front moved it; None while it cannot start."""
         assert self.haproxy is not None
         haproxy = self.haproxy
         front = self._front_spec()
@@ -216,14 +252,76 @@ class FrontAgent:
             log.info("spec.front moved to %s:%s; restarting haproxy", front.address, front.port)
             await haproxy.stop()
             haproxy = self.haproxy = HAProxy(self.state_dir, front.address, front.port, self.binary)
-            self._applied = None
-        if not haproxy.alive:
-            if haproxy.returncode is not None:
-                log.warning("haproxy exited with code %s; restarting it", haproxy.returncode)
-            self._applied = None  # a new HAProxy starts with both servers disabled
-            self._reported_connections = None
+            self._serving, self._start_failures, self._next_start = False, 0, 0.0
+        if haproxy.alive:
+            return haproxy
+        if self._serving:
+            # Died under us (killed, crashed): say so first, then restart at once with the desired backend.
+            self._serving, self._start_failures, self._next_start = False, 0, 0.0
+            self._set_error(f"{haproxy.describe_exit()}; restarting it")
+            await self._report_error()
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._next_start:
+            return None
+        try:
+            check_bindable(haproxy.bind_address, haproxy.bind_port)
             await haproxy.start()
+        except HAProxyBindError as exc:
+            self._start_failed(exc.message(self._node()))
+            return None
+        except HAProxyError as exc:
+            self._start_failed(str(exc))
+            return None
+        except OSError as exc:  # state dir or config not writable, binary not executable
+            self._start_failed(f"cannot start haproxy: {_short(exc)}")
+            return None
+        self._serving, self._start_failures = True, 0
+        self._applied = None  # a new HAProxy starts with both servers disabled
+        self._reported_connections = None
+        self._announce = True
+        self._set_error(None)
         return haproxy
+
+    def _died(self) -> bool:
+        """HAProxy was serving and has exited since (not yet noticed by ``_ensure_haproxy``)."""
+        return self._serving and self.haproxy is not None and not self.haproxy.alive
+
+    def _start_failed(self, message: str) -> None:
+        self._set_error(message)
+        self._start_failures += 1
+        first, cap = self.start_backoff
+        delay = min(cap, first * 2 ** min(self._start_failures - 1, 10))
+        self._next_start = asyncio.get_running_loop().time() + delay
+
+    def _set_error(self, message: str | None) -> None:
+        """What status.front.error will say; logged when it changes, so a retried failure logs once."""
+        if message == self._error:
+            return
+        if message is not None:
+            log.warning("front of %s/%s cannot serve: %s", self.namespace, self.shard, message)
+        else:
+            log.info("front of %s/%s serves again (was: %s)", self.namespace, self.shard, self._error)
+        self._error = message
+
+    async def _report_error(self) -> None:
+        """Best effort, now: a restart of HAProxy must not wait for an API server that is away."""
+        if self._obj is None:
+            return
+        try:
+            self._obj = await self.api.patch(
+                KCPSHARDS,
+                self.namespace,
+                self.shard,
+                {"status": {"front": {"error": self._error}}},
+                subresource="status",
+            )
+        except _TRANSIENT as exc:
+            self._problem(f"cannot report the front's error: {_short(exc)}")
+
+    def _node(self) -> str:
+        """The node named in messages: the shard's spec.node, which is where this agent runs."""
+        node = ((self._obj or {}).get("spec") or {}).get("node")
+        return str(node) if node else os.environ.get("NODE_NAME") or socket.gethostname()
 
     def _front_spec(self) -> FrontSpec | None:
         if self._obj is None:

@@ -12,13 +12,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import errno
 import hashlib
 import ipaddress
 import logging
 import os
+import re
 import shutil
 import signal
+import socket
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -39,6 +43,70 @@ _SRV_ST_STOPPED = 0
 
 class HAProxyError(RuntimeError):
     """HAProxy could not be found, started or driven; the message is meant for a person."""
+
+
+# Why a listener cannot bind, by errno; "{on}" is filled with " on node <name>" when the caller knows it.
+_BIND_REASONS = {
+    errno.EADDRINUSE: "the address is already in use{on} (another process holds the port)",
+    errno.EADDRNOTAVAIL: "the address is not assigned to any interface{on}",
+    errno.EACCES: "permission denied{on}: ports below 1024 need root or CAP_NET_BIND_SERVICE",
+}
+# HAProxy 2.6 src/sock_inet.c, sock_inet_bind_receiver(): "cannot bind socket (<strerror>)".
+_BIND_ALERT = re.compile(r"cannot bind socket \((?P<reason>[^)]*)\)")
+
+
+class HAProxyBindError(HAProxyError):
+    """The front address cannot be listened on; ``message(node)`` says why, naming the node."""
+
+    def __init__(self, address: str, port: int, code: int | None, detail: str = "") -> None:
+        self.address, self.port, self.code, self.detail = address, port, code, detail
+        super().__init__(self.message(None))
+
+    def message(self, node: str | None) -> str:
+        on = f" on node {node}" if node else ""
+        template = _BIND_REASONS.get(self.code or 0)
+        reason = template.format(on=on) if template else f"{self.detail or 'bind failed'}{on}"
+        return f"cannot listen on {self.address}:{self.port}: {reason}"
+
+
+def check_bindable(address: str, port: int) -> None:
+    """Bind (and release) the front address as HAProxy will, to name a taken port before starting it.
+
+    SO_REUSEADDR like HAProxy's listeners: a port with only TIME_WAIT leftovers (a previous HAProxy) is
+    free for it, one with a listener is not. Raises HAProxyBindError.
+    """
+    ip = _check_ip(address, "address")
+    _check_port(port, "the front port")
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            probe.bind((str(ip), port))
+        except OSError as exc:
+            raise HAProxyBindError(address, port, exc.errno, (exc.strerror or "").lower()) from None
+
+
+def bind_failure(lines: Iterable[str], address: str, port: int) -> HAProxyBindError | None:
+    """The bind failure HAProxy reported in its output, if any (the last one wins)."""
+    found: HAProxyBindError | None = None
+    by_text = {os.strerror(code): code for code in _BIND_REASONS}
+    for line in lines:
+        match = _BIND_ALERT.search(line)
+        if match:
+            reason = match.group("reason")
+            found = HAProxyBindError(address, port, by_text.get(reason), reason.lower())
+    return found
+
+
+def describe_returncode(code: int) -> str:
+    """``exited with code 1`` or ``exited with signal SIGKILL`` (asyncio gives -N for signal N)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exited with signal {signal.Signals(-code).name}"
+        return f"exited with signal {-code}"
+    return f"exited with code {code}"
 
 
 def _check_slot(slot: str) -> str:
@@ -160,6 +228,9 @@ class HAProxy:
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._output: collections.deque[str] = collections.deque(maxlen=30)
+        # While starting, HAProxy's lines are held back: a failed start is reported once, by the caller,
+        # not as a burst of alerts on every retry.
+        self._quiet = False
 
     @property
     def pid(self) -> int | None:
@@ -195,6 +266,7 @@ class HAProxy:
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a stale socket from a dead run would be mistaken for ours
         self._output.clear()
+        self._quiet = True
         self._proc = await asyncio.create_subprocess_exec(
             binary,
             "-db",
@@ -210,6 +282,9 @@ class HAProxy:
         except BaseException:
             await self.stop()
             raise
+        for line in self._output:
+            log.info("haproxy: %s", line)
+        self._quiet = False
         log.info("haproxy (pid %s) listens on %s:%s", self._proc.pid, self.bind_address, self.bind_port)
 
     async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
@@ -218,7 +293,7 @@ class HAProxy:
             line = raw.decode(errors="replace").rstrip()
             if line:
                 self._output.append(line)
-                log.info("haproxy: %s", line)
+                log.log(logging.DEBUG if self._quiet else logging.INFO, "haproxy: %s", line)
 
     async def _wait_ready(self) -> None:
         loop = asyncio.get_running_loop()
@@ -229,7 +304,7 @@ class HAProxy:
                 if self._reader is not None:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(asyncio.shield(self._reader), 2)
-                raise HAProxyError(self._failure_message(self._proc.returncode))
+                raise self._start_failure(self._proc.returncode)
             if self.socket_path.exists():
                 with contextlib.suppress(OSError, HAProxyError):
                     await self.command("show info")
@@ -240,16 +315,24 @@ class HAProxy:
                 )
             await asyncio.sleep(0.05)
 
-    def _failure_message(self, code: int) -> str:
-        text = "\n".join(self._output)
-        where = f"{self.bind_address}:{self.bind_port}"
-        if "Address already in use" in text or "cannot bind socket" in text:
-            return f"haproxy cannot listen on {where}: the port is taken by another process"
-        if "Cannot assign requested address" in text:
-            return f"haproxy cannot listen on {where}: the address is not on this host"
+    def _start_failure(self, code: int) -> HAProxyError:
+        bind = bind_failure(self._output, self.bind_address, self.bind_port)
+        if bind is not None:
+            return bind
+        return HAProxyError(f"haproxy {describe_returncode(code)} at start: {self._last_alerts()}")
+
+    def _last_alerts(self) -> str:
+        """HAProxy's last alerts (or last lines), on one line: enough for a person to see what it said."""
+        lines = [line for line in self._output if "ALERT" in line] or list(self._output)
+        return " | ".join(lines[-3:]) or "no output"
+
+    def describe_exit(self) -> str:
+        """Why a started HAProxy is gone: ``haproxy exited with signal SIGKILL`` (and its last alert)."""
+        code = self.returncode
+        if code is None:
+            return "haproxy is running" if self.alive else "haproxy was not started"
         alerts = [line for line in self._output if "ALERT" in line]
-        detail = alerts[-1] if alerts else (self._output[-1] if self._output else "no output")
-        return f"haproxy exited with code {code} at start: {detail}"
+        return f"haproxy {describe_returncode(code)}" + (f" ({alerts[-1]})" if alerts else "")
 
     async def wait(self) -> int:
         """Wait until HAProxy exits; returns its exit code."""
