@@ -9,22 +9,26 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from kcpshard.api.models import KcpShardSpec
-from kcpshard.kcp.client import KcpClient, slot_readyz
+from kcpshard.kcp import readyz
+from kcpshard.kcp.client import KcpClient
 from kcpshard.kcp.errors import KcpError
 from kcpshard.kcp.flags import SlotPaths, kcp_start_args
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin_from_file
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp import binary_path
+from kcpshard.testing.fakekcp.rootfiles import ensure_serving_cert
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -132,27 +136,69 @@ async def wait_ready(client: KcpClient, seconds: float = 20.0) -> str:
         await asyncio.sleep(0.05)
 
 
-async def test_readyz_false_then_true(start_slot: Callable[..., Slot]) -> None:
+async def test_slot_readyz_false_then_true(start_slot: Callable[..., Slot]) -> None:
     slot = start_slot("a", KCP_FAKE_STARTUP_SECONDS="3")
-    ca = slot.admin().ca_pem
-    ok, body = await slot_readyz(slot.port, ca)
-    assert not ok and "[-]" in body
-    deadline = time.monotonic() + 20
-    while not ok:
-        assert time.monotonic() < deadline, body
-        await asyncio.sleep(0.05)
-        ok, body = await slot_readyz(slot.port, ca)
-    assert body.strip() == "ok"
+    async with readyz.client_for(slot.admin().ca_pem) as client:
+        result = await readyz.probe(client, slot.port)
+        assert not result.ok and result.detail.startswith("[-]")
+        deadline = time.monotonic() + 20
+        while not result.ok:
+            assert time.monotonic() < deadline, result.detail
+            await asyncio.sleep(0.05)
+            result = await readyz.probe(client, slot.port)
+    assert result.detail == "ok"
 
 
-async def test_readyz_verifies_tls(start_slot: Callable[..., Slot]) -> None:
+async def test_slot_readyz_trusts_only_the_shard_ca(start_slot: Callable[..., Slot]) -> None:
     slot = start_slot("a")
     other = start_slot("other")  # a fresh root: another self-signed CA
-    ok, body = await slot_readyz(slot.port, other.admin().ca_pem)
-    assert not ok and "CERTIFICATE_VERIFY_FAILED" in body
-    # The slot cert verifies for 127.0.0.1 (the loopback the front reaches) with the slot's own CA.
+    async with readyz.client_for(other.admin().ca_pem) as client:
+        result = await readyz.probe(client, slot.port)
+    assert not result.ok and "CERTIFICATE_VERIFY_FAILED" in result.detail
+    # Through KcpClient the hostname is checked too: the slot cert names 127.0.0.1 (the loopback the front
+    # reaches), and the slot's own CA verifies it.
     async with slot.client() as c:
         assert await wait_ready(c) == "ok"
+
+
+@pytest.fixture
+async def front_named_readyz(tmp_path: Path) -> AsyncIterator[tuple[int, bytes]]:
+    """A TLS `/readyz` on 127.0.0.1 whose cert names only `front.example`, as a real kcp's names the front.
+
+    Yields the port and the CA.
+    """
+    crt, key = ensure_serving_cert(tmp_path, ["front.example"])
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(crt, key)
+
+    async def ok(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/readyz", ok)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        yield port, readyz_ca(crt.read_bytes())
+    finally:
+        await runner.cleanup()
+
+
+def readyz_ca(bundle: bytes) -> bytes:
+    return bundle[bundle.rindex(b"-----BEGIN CERTIFICATE-----") :]
+
+
+async def test_slot_readyz_does_not_check_the_hostname(front_named_readyz: tuple[int, bytes]) -> None:
+    port, ca = front_named_readyz
+    async with readyz.client_for(ca) as client:
+        assert await readyz.probe(client, port) == readyz.Readyz(True, "ok")
+    # The same server through a hostname-checking client fails: the cert does not name 127.0.0.1.
+    async with KcpClient(f"https://127.0.0.1:{port}", ca, "unused") as c:
+        ok, body = await c.readyz()
+    assert not ok and "CERTIFICATE_VERIFY_FAILED" in body
 
 
 async def test_lease_handover_between_two_processes(start_slot: Callable[..., Slot]) -> None:

@@ -14,13 +14,15 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import pytest
+import yaml
 
 from kcpshard.agent import seed
-from kcpshard.agent.readyz import client_for
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, SECRETS, ApiClient, Conflict
+from kcpshard.kcp.readyz import client_for
 from kcpshard.testing.apiserver import EmulatedApiServer
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp import kcp_binary
+from kcpshard.testing.tcp import free_port
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 NS = "kcp"
@@ -75,12 +77,13 @@ class Agent:
         self.kcp = [part.replace("{root}", str(self.root)) for part in kcp]
         self.env: dict[str, str] = opts.get("env") or {}
         self.stop_timeout = str(opts.get("stop_timeout", 10))
+        self.args: list[str] = list(opts.get("args") or [])  # more agent options, before `--`
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> Agent:
         args = [sys.executable, "-m", "kcpshard.cli", "agent", "slot", "--namespace", NS, "--slot", self.slot]
         args += ["--secret", SECRET, "--root-dir", str(self.root), "--job-name", f"{self.slot}-job-1"]
-        args += ["--stop-timeout", self.stop_timeout, "--", *self.kcp]
+        args += ["--stop-timeout", self.stop_timeout, *self.args, "--", *self.kcp]
         env = {**os.environ, **FAST, **self.env, "KUBECONFIG": str(self.kubeconfig)}
         env.update(POD_UID=f"uid-{self.slot}", POD_NAME=f"{self.slot}-pod")
         with _log_file(self.out) as out, _log_file(self.err) as err:
@@ -185,10 +188,10 @@ def slot_body(slot: str) -> dict[str, Any]:
     }
 
 
-async def create_secret(api: ApiClient, files: dict[str, bytes]) -> None:
-    data = {name: base64.b64encode(value).decode() for name, value in files.items()}
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NS}, "data": data}
-    await api.create(SECRETS, NS, body)
+async def create_secret(api: ApiClient, files: dict[str, bytes], name: str = SECRET) -> dict[str, Any]:
+    data = {key: base64.b64encode(value).decode() for key, value in files.items()}
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": data}
+    return await api.create(SECRETS, NS, body)
 
 
 async def slot_status(api: ApiClient, slot: str) -> dict[str, Any]:
@@ -206,14 +209,16 @@ async def wait_condition(
     return await eventually(f"{type_}={status} on slot {slot}", probe, seconds)
 
 
-def fake_kcp(etcd: EtcdServer, *extra: str) -> list[str]:
+def fake_kcp(etcd: EtcdServer | str, *extra: str) -> list[str]:
+    """The stand-in kcp on `etcd` (a server or an endpoint URL)."""
+    endpoint = etcd if isinstance(etcd, str) else etcd.endpoint
     return [
         kcp_binary(),
         "start",
         "--root-directory={root}",
         "--secure-port=0",
         "--experimental-bind-free-port",
-        f"--etcd-servers={etcd.endpoint}",
+        f"--etcd-servers={endpoint}",
         "--shard-base-url=https://127.0.0.1:16443",
         "--shutdown-delay-duration=1s",
         *extra,
@@ -463,3 +468,148 @@ def test_usage_errors_are_one_line() -> None:
     )
     assert done.returncode == 1
     assert done.stderr.strip() == "kcpshard agent slot: the kcp command line must follow `--`"
+
+
+# -- issue 4: store preflight, non-root kubeconfigs, the published kcp-admin kubeconfig ------------------
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of running processes whose command line contains `text` (here: a slot's root directory)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if text in cmdline and not pid_gone(int(entry.name)):
+            pids.append(int(entry.name))
+    return pids
+
+
+async def test_unreachable_store_stops_before_kcp_starts(api: ApiClient, agents: Any) -> None:
+    await create_secret(api, {})
+    closed = free_port()
+    # Userinfo in the URL must not reach the condition or the log.
+    endpoint = f"http://user:hunter2@127.0.0.1:{closed}"
+    args = ["--store-endpoint", endpoint, "--store-wait", "1"]
+    a = await agents(f"{SHARD}-a", fake_kcp(endpoint), args=args)
+    assert await a.wait() == 1
+    st = await slot_status(api, "a")
+    expected = (
+        f"none of the store endpoints answered within 1s: http://127.0.0.1:{closed}: connection refused"
+    )
+    assert cond(st, "Seeded") == ("False", "StoreUnreachable", expected)
+    assert "pid" not in st
+    assert not (a.root / "admin.kubeconfig").exists()
+    assert processes_naming(str(a.root)) == []
+    assert "Serving securely" not in a.logs()
+    err = a.err.read_text()
+    assert expected in err and "hunter2" not in a.logs()
+    assert "Traceback" not in err
+
+
+async def test_stop_while_waiting_for_the_store(api: ApiClient, agents: Any) -> None:
+    await create_secret(api, {})
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    # A store wait far beyond the test's deadline: only the stop request can end it.
+    a = await agents(
+        f"{SHARD}-a",
+        ["sh", "-c", "touch {root}/kcp-was-started"],
+        args=["--store-endpoint", endpoint, "--store-wait", "300"],
+    )
+    await wait_condition(api, "a", "Seeded", "Unknown")
+    a.signal(signal.SIGTERM)
+    assert await a.wait(seconds=20) == 0
+    st = await slot_status(api, "a")
+    assert cond(st, "Ready") == ("False", "Exited", "stopped before kcp started")
+    assert not (a.root / "kcp-was-started").exists()
+
+
+async def test_non_root_kubeconfigs_are_copied_before_kcp_starts(
+    api: ApiClient, etcd: EtcdServer, agents: Any
+) -> None:
+    await create_secret(api, {})
+    cache = b"apiVersion: v1\nkind: Config\n# cache-server-kubeconfig-content\n"
+    root_shard = b"apiVersion: v1\nkind: Config\n# root-shard-kubeconfig-content\n"
+    await create_secret(api, {"kubeconfig": cache}, name="cache-kc")
+    await create_secret(api, {"admin.kubeconfig": root_shard, "kubeconfig": b"not this"}, name="root-kc")
+    args = ["--store-endpoint", etcd.endpoint, "--cache-kubeconfig-secret", "cache-kc"]
+    args += ["--root-shard-kubeconfig-secret", "root-kc:admin.kubeconfig"]
+    kcp = fake_kcp(
+        etcd,
+        "--shard-name=beta",
+        "--cache-kubeconfig={root}/cache.kubeconfig",
+        "--root-shard-kubeconfig-file={root}/root-shard.kubeconfig",
+    )
+    a = await agents(f"{SHARD}-a", kcp, args=args)
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+    assert (a.root / "cache.kubeconfig").read_bytes() == cache
+    assert (a.root / "root-shard.kubeconfig").read_bytes() == root_shard
+    for name in ("cache.kubeconfig", "root-shard.kubeconfig"):
+        assert (a.root / name).stat().st_mode & 0o777 == 0o600, name
+    seeded = cond(st, "Seeded")
+    assert seeded is not None and seeded[0] == "True"
+    assert "store endpoint " + etcd.endpoint + " answers" in a.err.read_text()
+    assert "cache-server-kubeconfig-content" not in a.logs()
+    assert "root-shard-kubeconfig-content" not in a.logs()
+
+
+async def test_missing_kubeconfig_secret_or_key_stops_before_kcp_starts(api: ApiClient, agents: Any) -> None:
+    await create_secret(api, {})
+    await create_secret(api, {"other": b"x"}, name="cache-kc")
+    kcp = ["sh", "-c", "touch {root}/kcp-was-started"]
+    no_key = await agents(f"{SHARD}-a", kcp, args=["--cache-kubeconfig-secret", "cache-kc"])
+    no_secret = await agents(f"{SHARD}-b", kcp, args=["--root-shard-kubeconfig-secret", "absent:kc"])
+    assert await no_key.wait() == 1 and await no_secret.wait() == 1
+    assert cond(await slot_status(api, "a"), "Seeded") == (
+        "False",
+        "MissingSecret",
+        f"Secret {NS}/cache-kc has no key kubeconfig",
+    )
+    assert cond(await slot_status(api, "b"), "Seeded") == (
+        "False",
+        "MissingSecret",
+        f"Secret {NS}/absent not found",
+    )
+    for agent in (no_key, no_secret):
+        assert not (agent.root / "kcp-was-started").exists()
+        assert "Traceback" not in agent.logs()
+    assert "Secret kcp/cache-kc has no key kubeconfig" in no_key.err.read_text()
+
+
+async def test_kcp_admin_kubeconfig_is_published_once_ready(
+    api: ApiClient, etcd: EtcdServer, agents: Any
+) -> None:
+    await create_secret(api, {})
+    # A Secret of that name from an earlier start: replaced, not kept (the 409 path).
+    await create_secret(api, {"kubeconfig": b"stale"}, name="alpha-a-admin")
+    front = "https://front.example:6443"
+    args = ["--store-endpoint", etcd.endpoint, "--admin-secret", "alpha-a-admin", "--front-url", front]
+    a = await agents(f"{SHARD}-a", fake_kcp(etcd), args=args)
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+
+    async def published() -> dict[str, Any] | None:
+        secret = await api.get(SECRETS, NS, "alpha-a-admin")
+        return secret if secret.get("metadata", {}).get("ownerReferences") else None
+
+    secret = await eventually("the kcp-admin Secret", published)
+    assert secret["type"] == "Opaque"
+    config = yaml.safe_load(base64.b64decode(secret["data"]["kubeconfig"]))
+    local = yaml.safe_load((a.root / "admin.kubeconfig").read_bytes())
+    kcp_admin = next(u["user"]["token"] for u in local["users"] if u["name"] == "kcp-admin")
+    assert config["users"] == [{"name": "kcp-admin", "user": {"token": kcp_admin}}]
+    assert {c["context"]["user"] for c in config["contexts"]} == {"kcp-admin"}
+    servers = [c["cluster"]["server"] for c in config["clusters"]]
+    assert servers and all(server.startswith(front + "/") or server == front for server in servers)
+    slot = await api.get(KCPSLOTS, NS, f"{SHARD}-a")
+    (owner,) = secret["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("KcpSlot", f"{SHARD}-a", slot["metadata"]["uid"])
+    assert owner["apiVersion"] == "kcpshard.dev/v1alpha1"
+    assert "published kcp-admin kubeconfig in Secret alpha-a-admin" in a.err.read_text()
+    shard_admin = seed.shard_admin_token((a.root / "admin.kubeconfig").read_bytes())
+    assert shard_admin and shard_admin not in str(config)
+    assert kcp_admin not in a.logs() and shard_admin not in a.logs()

@@ -169,3 +169,56 @@ def test_last_certificate_is_the_ca() -> None:
     assert seed.last_certificate(CERT + CA) == CA.decode()
     with pytest.raises(seed.SeedError):
         seed.last_certificate(b"nothing here")
+
+
+def test_private_file_is_0600_and_replaces_an_open_file(root: Path) -> None:
+    seed.wipe_root(root)
+    (root / seed.CACHE_KUBECONFIG).write_bytes(b"old, longer content")
+    (root / seed.CACHE_KUBECONFIG).chmod(0o644)
+    seed.write_private_file(root, seed.CACHE_KUBECONFIG, b"new")
+    assert (root / seed.CACHE_KUBECONFIG).read_bytes() == b"new"
+    assert stat.S_IMODE((root / seed.CACHE_KUBECONFIG).stat().st_mode) == 0o600
+
+
+def test_private_file_does_not_follow_a_symlink(root: Path) -> None:
+    seed.wipe_root(root)
+    target = root.parent / "elsewhere"
+    target.write_bytes(b"keep")
+    (root / seed.ROOT_SHARD_KUBECONFIG).symlink_to(target)
+    with pytest.raises(OSError):
+        seed.write_private_file(root, seed.ROOT_SHARD_KUBECONFIG, b"secret")
+    assert target.read_bytes() == b"keep"
+
+
+def test_secret_value() -> None:
+    secret = secret_of({"kubeconfig": b"kc"}, empty="")
+    assert seed.secret_value(secret, "kubeconfig") == b"kc"
+    assert seed.secret_value(secret, "empty") is None
+    assert seed.secret_value(secret, "absent") is None
+    assert seed.secret_value({"metadata": {}}, "kubeconfig") is None
+    with pytest.raises(seed.SeedError, match="kubeconfig"):
+        seed.secret_value({"data": {"kubeconfig": "not base64 !!"}}, "kubeconfig")
+
+
+def test_admin_secret_is_owned_by_the_slot() -> None:
+    slot = {
+        "apiVersion": "kcpshard.dev/v1alpha1",
+        "kind": "KcpSlot",
+        "metadata": {"name": "alpha-a", "namespace": "kcp", "uid": "u-1", "resourceVersion": "9"},
+    }
+    body = seed.admin_secret("alpha-a-admin", "kcp", "kind: Config\n", slot)
+    assert body["type"] == "Opaque"
+    assert body["metadata"] == {
+        "name": "alpha-a-admin",
+        "namespace": "kcp",
+        "ownerReferences": [
+            {
+                "apiVersion": "kcpshard.dev/v1alpha1",
+                "kind": "KcpSlot",
+                "name": "alpha-a",
+                "uid": "u-1",
+                "controller": False,
+            }
+        ],
+    }
+    assert base64.b64decode(body["data"]["kubeconfig"]) == b"kind: Config\n"

@@ -6,6 +6,10 @@ and `pkg/server/options/adminauthentication.go`: `.admin-token-store` with the S
 token and `admin.kubeconfig`). Every later slot must start from the same five files, or clients of the front
 would see another CA and the shard-admin token would stop working.
 
+A slot root also gets, before kcp starts, the kubeconfigs of a non-root shard (`--cache-kubeconfig`,
+`--root-shard-kubeconfig-file`), copied from Secrets; and gives back, once kcp is ready, the kcp-admin
+kubeconfig of this kcp process (`admin_secret`).
+
 Pure file and dict work; the program in `slot.py` does the API calls. Never log file contents.
 """
 
@@ -24,9 +28,15 @@ from typing import Any
 
 import yaml
 
+from kcpshard.k8s.builders import owner_reference
+
 # Secret keys are the file names: `.admin-token-store` is a valid key (`[-._a-zA-Z0-9]+`).
 ROOT_FILES = ("apiserver.crt", "apiserver.key", "sa.key", ".admin-token-store", "admin.kubeconfig")
 SHARD_ADMIN_USER = "shard-admin"
+# The file names the Job's kcp flags point at (k8s/builders.py, `slot_job`).
+CACHE_KUBECONFIG = "cache.kubeconfig"
+ROOT_SHARD_KUBECONFIG = "root-shard.kubeconfig"
+ADMIN_SECRET_KEY = "kubeconfig"
 
 
 class SeedError(Exception):
@@ -102,15 +112,25 @@ def wipe_root(root: Path) -> None:
     root.chmod(0o700)
 
 
+def write_private_file(root: Path, name: str, content: bytes) -> None:
+    """Write `root/name` mode 0600 from creation (no window where it is world-readable)."""
+    path = _check_root(root) / name
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
+    os.chmod(path, 0o600)  # O_CREAT's mode is masked by umask; an existing file keeps its own
+
+
 def write_material(root: Path, files: Mapping[str, bytes]) -> None:
-    """Write the five files, each mode 0600 from creation (no window where they are world-readable)."""
-    root = _check_root(root)
+    """Write the five files, each mode 0600."""
     for name in ROOT_FILES:
-        path = root / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(files[name])
-        os.chmod(path, 0o600)  # O_CREAT's mode is masked by umask; an existing file keeps its own
+        write_private_file(root, name, files[name])
+
+
+def secret_value(secret: Mapping[str, Any], key: str) -> bytes | None:
+    """One key of a Secret's `data`, decoded; None when absent or empty. SeedError on bad base64."""
+    value = (secret.get("data") or {}).get(key)
+    return decode_secret_data({key: value}).get(key) if value else None
 
 
 def shard_admin_token(kubeconfig: bytes) -> str | None:
@@ -180,3 +200,22 @@ def last_certificate(bundle: bytes) -> str:
     if stop < 0 or start < 0:
         raise SeedError("apiserver.crt holds no PEM certificate")
     return text[start : stop + len(end)] + "\n"
+
+
+def admin_secret(name: str, namespace: str, kubeconfig: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """The Secret publishing a slot's kcp-admin kubeconfig, owned by the KcpSlot `owner`.
+
+    The owner reference only ties the Secret's life to the slot (the garbage collector deletes it with the
+    slot); it is not a controller reference, as no controller reconciles this Secret.
+    """
+    ref = owner_reference(owner, controller=False)
+    # Setting blockOwnerDeletion needs `update` on kcpslots/finalizers (OwnerReferencesPermissionEnforcement
+    # admission); the agent's role has no such right, and nothing waits on this Secret's deletion.
+    del ref["blockOwnerDeletion"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": [ref]},
+        "data": {ADMIN_SECRET_KEY: base64.b64encode(kubeconfig.encode()).decode()},
+    }

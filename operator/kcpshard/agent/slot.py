@@ -5,8 +5,15 @@ start, report status, stop with a grace period then SIGKILL), and reports on `Kc
 the host can see: the seeded root material, the bound port, the slot's own `/readyz`, the exit.
 Every status write is a read-modify-write (`mutate_status`): the operator writes the same object.
 
+Before kcp starts: one of the store endpoints must accept a TCP connection (kcp would otherwise retry
+etcd and never become ready, which says less), the root is seeded, and a non-root shard's kubeconfigs are
+copied from their Secrets. Once kcp is ready, its kcp-admin kubeconfig is published in a Secret.
+
     kcpshard agent slot --namespace NS --slot NAME --secret SECRET --root-dir DIR
-                        [--kubeconfig PATH] [--job-name JOB] [--stop-timeout S] -- <kcp> start <flags...>
+                        [--kubeconfig PATH] [--job-name JOB] [--stop-timeout S]
+                        [--store-endpoint URL ...] [--store-wait S]
+                        [--cache-kubeconfig-secret NAME[:KEY]] [--root-shard-kubeconfig-secret NAME[:KEY]]
+                        [--admin-secret NAME --front-url URL] -- <kcp> start <flags...>
 """
 
 from __future__ import annotations
@@ -16,29 +23,42 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
-from kcpshard.agent import readyz, seed
+from kcpshard.agent import seed
 from kcpshard.agent.child import Child, describe_exit, exit_code
 from kcpshard.agent.procnet import listening_ports
 from kcpshard.api.conditions import Status, now_precise, set_condition
 from kcpshard.k8s.api import KCPSLOTS, SECRETS, ApiClient, ApiError, Conflict, NotFound
 from kcpshard.k8s.kubeconfig import KubeconfigError
 from kcpshard.k8s.status import mutate_status
+from kcpshard.kcp import readyz
+from kcpshard.kcp.errors import KcpError
+from kcpshard.kcp.kubeconfig import kcp_admin_kubeconfig
 
 log = logging.getLogger("kcpshard.agent.slot")
 
 POLL_FAST = 0.2  # readyz until first ready, and material/port polling
 POLL_SLOW = 1.0  # readyz once ready
+POLL_STORE = 0.25  # between rounds of connection attempts to the store
+STORE_CONNECT_TIMEOUT = 2.0
+ETCD_CLIENT_PORT = 2379
+PUBLISH_ATTEMPTS = 5
 WRITE_TIMEOUT = 10.0  # a status write never holds up stopping kcp
 API_ERRORS = (ApiError, httpx.HTTPError, KubeconfigError, TimeoutError)
+# apimachinery `validation.IsDNS1123Subdomain` (Secret names) and `IsConfigMapKey` (Secret data keys).
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_SECRET_DATA_KEY = re.compile(r"[-._a-zA-Z0-9]{1,253}")
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,19 @@ class Cond:
     status: Status
     reason: str
     message: str = ""
+
+
+@dataclass(frozen=True)
+class StoreEndpoint:
+    url: str  # as shown in messages: no userinfo, query or fragment
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class SecretKey:
+    name: str
+    key: str
 
 
 @dataclass
@@ -62,10 +95,58 @@ class Options:
     listen_timeout: float = 300.0
     pod_uid: str | None = field(default=None)
     pod_name: str | None = field(default=None)
+    store_endpoints: list[StoreEndpoint] = field(default_factory=list)
+    store_wait: float = 20.0
+    cache_kubeconfig_secret: SecretKey | None = None
+    root_shard_kubeconfig_secret: SecretKey | None = None
+    admin_secret: str | None = None
+    front_url: str | None = None
 
 
 class UsageError(Exception):
     pass
+
+
+def store_endpoint(url: str) -> StoreEndpoint:
+    """An etcd client URL (`http://127.0.0.1:2379`, `https://host`): where to try a TCP connection."""
+    shown = url.strip().rpartition("@")[2]  # never show userinfo, even of a URL that does not parse
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        raise UsageError(f"--store-endpoint {shown}: the port is not a number from 0 to 65535") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError(f"--store-endpoint {shown} is not a URL like http://127.0.0.1:2379")
+    host_port = parts.netloc.rpartition("@")[2]
+    return StoreEndpoint(
+        f"{parts.scheme}://{host_port}{parts.path}", parts.hostname, port or ETCD_CLIENT_PORT
+    )
+
+
+def secret_key(option: str, value: str | None) -> SecretKey | None:
+    """`NAME[:KEY]`, KEY `kubeconfig` by default (a Secret name and a Secret data key)."""
+    if value is None:
+        return None
+    name, sep, key = value.partition(":")
+    key = key if sep else "kubeconfig"
+    if not _SECRET_NAME.fullmatch(name) or not _SECRET_DATA_KEY.fullmatch(key):
+        raise UsageError(f"{option} takes NAME or NAME:KEY, not {value!r}")
+    return SecretKey(name, key)
+
+
+def front_url(admin_secret: str | None, url: str | None) -> str | None:
+    """The server URL of the published kcp-admin kubeconfig; checks --admin-secret along with it."""
+    if (admin_secret is None) != (url is None):
+        raise UsageError("--admin-secret and --front-url go together")
+    if admin_secret is not None and not _SECRET_NAME.fullmatch(admin_secret):
+        raise UsageError(f"--admin-secret {admin_secret!r} is not a Secret name")
+    if url is not None:
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not parts.hostname or parts.username or parts.query:
+            raise UsageError(
+                f"--front-url {url.rpartition('@')[2]} is not a URL like https://kcp.example:6443"
+            )
+    return url
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -85,7 +166,19 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument("--job-name", default=os.environ.get("JOB_NAME"))
     parser.add_argument("--stop-timeout", type=float, default=60.0, help="SIGTERM to SIGKILL, seconds")
     parser.add_argument("--listen-timeout", type=float, default=300.0, help="seconds to wait for the port")
+    parser.add_argument(
+        "--store-endpoint", action="append", default=[], help="etcd client URL that must answer first"
+    )
+    parser.add_argument("--store-wait", type=float, default=20.0, help="seconds to wait for the store")
+    parser.add_argument("--cache-kubeconfig-secret", help="NAME[:KEY] copied to <root-dir>/cache.kubeconfig")
+    parser.add_argument(
+        "--root-shard-kubeconfig-secret", help="NAME[:KEY] copied to <root-dir>/root-shard.kubeconfig"
+    )
+    parser.add_argument("--admin-secret", help="Secret to publish kcp's kcp-admin kubeconfig in, once ready")
+    parser.add_argument("--front-url", help="server URL of the published kubeconfig (the shard's front)")
     args = parser.parse_args(own)
+    if args.store_wait < 0:
+        raise UsageError("--store-wait must not be negative")
     return Options(
         namespace=args.namespace,
         slot=args.slot,
@@ -98,6 +191,14 @@ def parse_args(argv: Sequence[str]) -> Options:
         listen_timeout=args.listen_timeout,
         pod_uid=os.environ.get("POD_UID"),
         pod_name=os.environ.get("POD_NAME"),
+        store_endpoints=[store_endpoint(url) for url in args.store_endpoint],
+        store_wait=args.store_wait,
+        cache_kubeconfig_secret=secret_key("--cache-kubeconfig-secret", args.cache_kubeconfig_secret),
+        root_shard_kubeconfig_secret=secret_key(
+            "--root-shard-kubeconfig-secret", args.root_shard_kubeconfig_secret
+        ),
+        admin_secret=args.admin_secret,
+        front_url=front_url(args.admin_secret, args.front_url),
     )
 
 
@@ -133,7 +234,9 @@ class SlotAgent:
         self.api = api
         self.generation: int | None = None
         self.child: Child | None = None
+        self.slot: dict[str, Any] = {}  # the KcpSlot as first read: the owner of the published Secret
         self.stop_requested = asyncio.Event()
+        self.ready_once = asyncio.Event()  # Ready=True written for this kcp process
         self.signals = 0
 
     # -- status ------------------------------------------------------------------------------------------
@@ -182,6 +285,7 @@ class SlotAgent:
             return fail(f"KcpSlot {self.where} not found")
         except API_ERRORS as exc:
             return fail(f"cannot read KcpSlot {self.where}: {exc}")
+        self.slot = slot
         self.generation = (slot.get("metadata") or {}).get("generation")
         pod = f" in pod {self.opts.pod_name}" if self.opts.pod_name else ""
         starting = f"host agent starting{pod}"
@@ -196,15 +300,20 @@ class SlotAgent:
         if not await self.write(first, *conds):
             return fail(f"cannot write the status of KcpSlot {self.where}")
 
+        if not await self.wait_for_store():
+            return 1
+        if self.stop_requested.is_set():
+            return await self.stopped_before_start()
         plan, secret = await self.read_secret()
         if plan is None:
             return 1
-        if not await self.seed_root(plan):
+        kubeconfigs = await self.read_kubeconfigs()
+        if kubeconfigs is None:
+            return 1
+        if not await self.seed_root(plan, kubeconfigs):
             return 1
         if self.stop_requested.is_set():
-            stopped = Cond("Ready", "False", "Exited", "stopped before kcp started")
-            await self.write({"exitedAt": now_precise()}, stopped)
-            return 0
+            return await self.stopped_before_start()
         try:
             self.child = await Child.start(self.opts.command)
         except OSError as exc:
@@ -213,6 +322,40 @@ class SlotAgent:
             return fail(msg)
         log.info("kcp started, pid %d", self.child.pid)
         return await self.supervise(self.child, plan, secret)
+
+    async def stopped_before_start(self) -> int:
+        stopped = Cond("Ready", "False", "Exited", "stopped before kcp started")
+        await self.write({"exitedAt": now_precise()}, stopped)
+        return 0
+
+    async def wait_for_store(self) -> bool:
+        """True once one store endpoint accepts a TCP connection, or none is given, or a stop came.
+
+        False (Seeded=False StoreUnreachable written) when none did within --store-wait.
+        """
+        endpoints = self.opts.store_endpoints
+        if not endpoints:
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.opts.store_wait
+        while True:
+            timeout = min(STORE_CONNECT_TIMEOUT, max(POLL_STORE, deadline - loop.time()))
+            problems = await asyncio.gather(*(connect_problem(e, timeout) for e in endpoints))
+            for endpoint, problem in zip(endpoints, problems, strict=True):
+                if problem is None:
+                    log.info("store endpoint %s answers", endpoint.url)
+                    return True
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stop_requested.wait(), min(POLL_STORE, left))
+                return True
+        detail = "; ".join(f"{e.url}: {p}" for e, p in zip(endpoints, problems, strict=True))
+        msg = f"none of the store endpoints answered within {self.opts.store_wait:g}s: {detail}"
+        await self.write(None, Cond("Seeded", "False", "StoreUnreachable", msg))
+        fail(msg)
+        return False
 
     async def read_secret(self) -> tuple[seed.SeedPlan | None, dict[str, Any]]:
         name = self.opts.secret
@@ -239,11 +382,46 @@ class SlotAgent:
         fail(msg)
         return None, {}
 
-    async def seed_root(self, plan: seed.SeedPlan) -> bool:
+    async def read_kubeconfigs(self) -> dict[str, bytes] | None:
+        """A non-root shard's kubeconfigs from their Secrets (file name -> content).
+
+        None, with Seeded=False written, when a Secret or its key is missing: kcp must not start without
+        them (it would fail its flag validation, or run without the cache server).
+        """
+        wanted = (
+            (seed.CACHE_KUBECONFIG, self.opts.cache_kubeconfig_secret),
+            (seed.ROOT_SHARD_KUBECONFIG, self.opts.root_shard_kubeconfig_secret),
+        )
+        files: dict[str, bytes] = {}
+        for filename, ref in wanted:
+            if ref is None:
+                continue
+            where = f"Secret {self.opts.namespace}/{ref.name}"
+            reason = "MissingSecret"
+            try:
+                value = seed.secret_value(await self.api.get(SECRETS, self.opts.namespace, ref.name), ref.key)
+                msg = f"{where} has no key {ref.key}"
+            except NotFound:
+                value, msg = None, f"{where} not found"
+            except seed.SeedError as exc:
+                value, reason, msg = None, "InvalidMaterial", f"{where}: {exc}"
+            except API_ERRORS as exc:
+                fail(f"cannot read {where}: {exc}")
+                return None
+            if value is None:
+                await self.write(None, Cond("Seeded", "False", reason, msg))
+                fail(msg)
+                return None
+            files[filename] = value
+        return files
+
+    async def seed_root(self, plan: seed.SeedPlan, kubeconfigs: Mapping[str, bytes]) -> bool:
         try:
             seed.wipe_root(self.opts.root_dir)
             if plan.kind is seed.SeedKind.SEEDED:
                 seed.write_material(self.opts.root_dir, plan.files)
+            for name, content in kubeconfigs.items():
+                seed.write_private_file(self.opts.root_dir, name, content)
         except (OSError, seed.SeedError) as exc:
             msg = f"cannot prepare {self.opts.root_dir}: {getattr(exc, 'strerror', None) or exc}"
             await self.write(None, Cond("Seeded", "False", "RootDirFailed", msg))
@@ -253,6 +431,8 @@ class SlotAgent:
             msg = f"root material copied from Secret {self.opts.secret}"
         else:
             msg = "first slot of the shard: kcp generates the root material"
+        if kubeconfigs:
+            msg += f"; {' and '.join(kubeconfigs)} written from their Secrets"
         log.info("%s", msg)
         await self.write(None, Cond("Seeded", "True", plan.kind.value, msg))
         return True
@@ -261,6 +441,8 @@ class SlotAgent:
         workers = [asyncio.create_task(self.watch_kcp(child))]
         if plan.kind is seed.SeedKind.FRESH_START:
             workers.append(asyncio.create_task(self.upload_material(secret)))
+        if self.opts.admin_secret:
+            workers.append(asyncio.create_task(self.publish_admin(self.opts.admin_secret)))
         exited = asyncio.create_task(child.wait())
         stop = asyncio.create_task(self.stop_requested.wait())
         waiting: set[asyncio.Task[Any]] = {exited, stop, *workers}
@@ -361,7 +543,7 @@ class SlotAgent:
                     try:
                         ca = seed.last_certificate((self.opts.root_dir / "apiserver.crt").read_bytes())
                         client = readyz.client_for(ca)
-                    except (OSError, seed.SeedError):
+                    except (OSError, ValueError, seed.SeedError):
                         await asyncio.sleep(POLL_FAST)
                         continue
                 result = await readyz.probe(client, port)
@@ -371,6 +553,7 @@ class SlotAgent:
                     if await self.write(fields, Cond("Ready", "True", "ReadyzOK", msg)):
                         log.info("kcp is ready")
                         written = True
+                        self.ready_once.set()
                 elif (
                     not result.ok
                     and written is True
@@ -428,6 +611,42 @@ class SlotAgent:
         await self.write(None, Cond("Seeded", "False", "MaterialConflict", msg))
         raise Fatal(msg)
 
+    async def publish_admin(self, name: str) -> None:
+        """Once kcp is ready: its kcp-admin kubeconfig (a new token on every start) in Secret `name`.
+
+        A few tries, then a logged error: kcp serves on whether or not the Secret could be written.
+        """
+        await self.ready_once.wait()
+        for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+            try:
+                text = (self.opts.root_dir / "admin.kubeconfig").read_bytes()
+                kubeconfig = kcp_admin_kubeconfig(text, server=self.opts.front_url)
+                body = seed.admin_secret(name, self.opts.namespace, kubeconfig, self.slot)
+                await self.create_or_replace(body)
+            except OSError as exc:
+                problem = f"cannot read admin.kubeconfig: {exc.strerror or type(exc).__name__}"
+            except (KcpError, *API_ERRORS) as exc:  # kcp.kubeconfig's messages never hold a token
+                problem = str(exc) or type(exc).__name__
+            else:
+                log.info("published kcp-admin kubeconfig in Secret %s", name)
+                return
+            log.warning(
+                "could not publish the kcp-admin kubeconfig in Secret %s (try %d): %s", name, attempt, problem
+            )
+            await asyncio.sleep(POLL_SLOW)
+        log.error("gave up publishing the kcp-admin kubeconfig in Secret %s; kcp keeps running", name)
+
+    async def create_or_replace(self, body: dict[str, Any]) -> None:
+        """Create the Secret; when it exists, replace it guarded by the resourceVersion just read."""
+        name = body["metadata"]["name"]
+        try:
+            await self.api.create(SECRETS, self.opts.namespace, body)
+        except Conflict:
+            current = await self.api.get(SECRETS, self.opts.namespace, name)
+            version = (current.get("metadata") or {}).get("resourceVersion")
+            body = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+            await self.api.replace(SECRETS, self.opts.namespace, name, body)  # a 409 here: the next try
+
     async def current_secret(self) -> tuple[dict[str, Any], seed.SeedPlan]:
         """The Secret now and what it holds; retries while the API server is unreachable."""
         while True:
@@ -454,6 +673,23 @@ class SlotAgent:
             else:
                 previous = None
             await asyncio.sleep(POLL_FAST)
+
+
+async def connect_problem(endpoint: StoreEndpoint, timeout: float) -> str | None:
+    """None when a TCP connection to the endpoint opens (closed again at once), else why not."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(endpoint.host, endpoint.port), timeout)
+    except TimeoutError:
+        return f"no answer within {timeout:g}s"
+    except socket.gaierror as exc:
+        return f"cannot resolve {endpoint.host}: {exc.strerror}"
+    except OSError as exc:
+        # asyncio words a refusal as "Connect call failed (addr)": the errno says it plainly.
+        return os.strerror(exc.errno).lower() if exc.errno else str(exc) or type(exc).__name__
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return None
 
 
 def fail(message: str) -> int:

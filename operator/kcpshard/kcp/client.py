@@ -312,15 +312,3 @@ class KcpClient:
             if time.monotonic() >= deadline:
                 raise KcpTimeout(what, seconds, self._clean(last_state() + note))
             await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
-
-
-async def slot_readyz(
-    port: int, ca_pem: bytes, host: str = "127.0.0.1", http_timeout: float = 2.0
-) -> tuple[bool, str]:
-    """`/readyz` of one slot on its bound port (anonymous, TLS verified for `host`)."""
-    url_host = f"[{host}]" if ":" in host else host
-    client = KcpClient(f"https://{url_host}:{port}", ca_pem, token="", timeout=http_timeout)
-    try:
-        return await client.readyz()
-    finally:
-        await client.aclose()
