@@ -3,7 +3,7 @@
 # or use spec.kcp.image for an image that carries both kcp and this package.
 FROM python:3.11-slim-bookworm
 RUN apt-get update \
- && apt-get install -y --no-install-recommends haproxy \
+ && apt-get install -y --no-install-recommends haproxy etcd-client \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -14,6 +14,7 @@ _COMMANDS = {
     ("operator",): "kcpshard.controller.main:run",
     ("agent", "slot"): "kcpshard.agent.slot:run",
     ("agent", "front"): "kcpshard.agent.front:run",
+    ("agent", "backup"): "kcpshard.agent.backup:run",
     ("dev", "up"): "kcpshard.testing.devenv:up",
     ("dev", "down"): "kcpshard.testing.devenv:down",
 }

@@ -93,3 +93,60 @@ def test_front_carries_a_hash_of_what_was_asked() -> None:
     key = builders.TEMPLATE_HASH
     assert first["metadata"]["annotations"][key] == again["metadata"]["annotations"][key]
     assert first["metadata"]["annotations"][key] != moved["metadata"]["annotations"][key]
+
+
+def _agent_args(job: dict) -> list[str]:
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    return command[: command.index("--")]
+
+
+def _option(args: list[str], name: str) -> list[str]:
+    return [args[i + 1] for i, arg in enumerate(args) if arg == name]
+
+
+def test_kcpslot_records_the_roll_that_created_it() -> None:
+    body = builders.kcpslot(SHARD, SlotName.A, "abcdef1234", start=0, roll_id="abc-123")
+    assert body["spec"]["roll"] == "abc-123"
+
+
+def test_slot_agent_checks_the_store_and_publishes_kcp_admin() -> None:
+    spec = SPEC.model_copy(
+        update={
+            "store": SPEC.store.model_copy(
+                update={
+                    "etcd": SPEC.store.etcd.model_copy(
+                        update={"endpoints": ["http://e1:2379", "http://e2:2379"]}
+                    )
+                }
+            )
+        }  # type: ignore[union-attr]
+    )
+    args = _agent_args(builders.slot_job(SHARD, spec, _slot()))
+    assert _option(args, "--store-endpoint") == ["http://e1:2379", "http://e2:2379"]
+    assert _option(args, "--admin-secret") == ["root-b-kcp-admin"]
+    assert _option(args, "--front-url") == ["https://127.0.0.1:6443"]
+    assert _option(args, "--cache-kubeconfig-secret") == []  # a root shard has none
+
+
+def test_non_root_slot_agent_writes_the_kubeconfigs_from_their_secrets() -> None:
+    spec = KcpShardSpec.model_validate(
+        {
+            **SPEC.model_dump(by_alias=True, exclude_none=True),
+            "shard": {
+                "name": "beta",
+                "root": False,
+                "cacheKubeconfigSecretRef": {"name": "cache", "key": "kc"},
+                "rootShardKubeconfigSecretRef": {"name": "root-kc"},
+            },
+        }
+    )
+    args = _agent_args(builders.slot_job(SHARD, spec, _slot()))
+    assert _option(args, "--cache-kubeconfig-secret") == ["cache:kc"]
+    assert _option(args, "--root-shard-kubeconfig-secret") == ["root-kc"]
+
+
+def test_published_kcp_admin_secret_goes_with_the_shard() -> None:
+    secret = builders.admin_kubeconfig_secret(SHARD, "a3ViZWNvbmZpZw==")
+    assert secret["metadata"]["name"] == "root-kcp-admin"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "shard-uid"
+    assert secret["data"] == {"kubeconfig": "a3ViZWNvbmZpZw=="}

@@ -1,19 +1,36 @@
-"""The roll planner: each rule of a safe roll is one branch, tested here on plain data."""
+"""The roll planner: each rule of a safe roll is one branch, tested here on plain data.
+
+The durations of the roll report are tested in test_roll_plan_report.py.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Any
 
 import pytest
 
-from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, RollReport, SlotName
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import (
+    BackupReport,
+    FrontStatus,
+    KcpShardSpec,
+    KcpShardStatus,
+    RolloutStatus,
+    RollReport,
+    Shape,
+    SlotName,
+)
 from kcpshard.roll import plan
 from kcpshard.roll.plan import Step
 from kcpshard.roll.revision import revision_of
 
 T0 = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.UTC)
+STAMP = "2026-12-01T12:00:00Z"  # T0 as the status writes it
 A, B = SlotName.A, SlotName.B
+ROLL_ID = "abcdef-000000001"
+NAME = "shard1"
 
 SPEC = KcpShardSpec.model_validate(
     {
@@ -24,28 +41,59 @@ SPEC = KcpShardSpec.model_validate(
     }
 )
 REV = revision_of(SPEC)
+SINGLE = SPEC.model_copy(update={"shape": Shape.SINGLE})
+OLD_SPEC = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version": "v0.31.0"})})
+OLD_SPEC_JSON = OLD_SPEC.model_dump(mode="json", by_alias=True, exclude_none=True)
+FRONT_UP = FrontStatus(observed_at=STAMP)
+REPORT = BackupReport(job="shard1-backup", path="/var/lib/kcp/backup.db", seconds=1.5)
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def with_roll(spec: KcpShardSpec = SPEC, **kw: Any) -> KcpShardSpec:
+    return spec.model_copy(update={"roll": spec.roll.model_copy(update=kw)})
 
 
 def ready_conditions(*types: str) -> tuple[dict[str, Any], ...]:
     return tuple({"type": t, "status": "True", "reason": "X", "lastTransitionTime": "t"} for t in types)
 
 
+def failed_condition(type_: str, reason: str | None, message: str) -> dict[str, Any]:
+    found = {"type": type_, "status": "False", "message": message, "lastTransitionTime": "t"}
+    return found | ({"reason": reason} if reason else {})
+
+
 def slot(name: SlotName, revision: str = REV, **kw: Any) -> plan.SlotView:
+    """A slot this roll started, whose Job runs (not gone)."""
     kw.setdefault("job", plan.JobView(name=f"job-{name.value}", active=1))
+    kw.setdefault("roll_id", ROLL_ID)
     return plan.SlotView(name=name, revision=revision, **kw)
 
 
+def ready_slot(name: SlotName, port: int = 4321, revision: str = REV) -> plan.SlotView:
+    return slot(name, revision, conditions=ready_conditions("Seeded", "Listening", "Ready"), port=port)
+
+
 def rollout(step: Step, *, from_slot: str | None = "a", to_slot: str = "b", **kw: Any) -> RolloutStatus:
-    return RolloutStatus(
-        step=step.value,
-        from_slot=from_slot,
-        to_slot=to_slot,
-        target_revision=REV,
-        from_revision="old" if from_slot else None,
-        started_at="2026-12-01T12:00:00Z",
-        step_started_at="2026-12-01T12:00:00Z",
-        **kw,
-    )
+    kw.setdefault("from_revision", "old" if from_slot else None)
+    kw.setdefault("id", ROLL_ID)
+    kw.setdefault("started_at", STAMP)
+    kw.setdefault("step_started_at", STAMP)
+    return RolloutStatus(step=step.value, from_slot=from_slot, to_slot=to_slot, target_revision=REV, **kw)
+
+
+def single(step: Step, **kw: Any) -> RolloutStatus:
+    """A Single-shape roll of slot a in place."""
+    return rollout(step, from_slot="a", to_slot="a", shape=Shape.SINGLE, **kw)
+
+
+def during(ro: RolloutStatus, **kw: Any) -> KcpShardStatus:
+    """The shard's status while `ro` runs: slot a served revision "old" when it began."""
+    kw.setdefault("active_slot", "a")
+    kw.setdefault("active_revision", "old")
+    return KcpShardStatus(rollout=ro, **kw)
 
 
 def observe(
@@ -55,6 +103,8 @@ def observe(
     now: datetime.datetime = T0,
     invalid: tuple[str, ...] = (),
     spec: KcpShardSpec = SPEC,
+    retry_token: str | None = None,
+    backup: plan.BackupView | None = None,
 ) -> plan.Observed:
     return plan.Observed(
         spec=spec,
@@ -64,102 +114,391 @@ def observe(
         now=now,
         slots=slots or {},
         invalid=invalid,
+        retry_token=retry_token,
+        backup=backup,
+        name=NAME,
     )
 
 
-# ----- starting a roll ---------------------------------------------------------------------------
+def next_of(status: KcpShardStatus, *slots: plan.SlotView, **kw: Any) -> plan.Action:
+    return plan.next_action(observe(status, {s.name: s for s in slots}, **kw))
 
 
-def test_new_shard_starts_its_first_slot_in_a() -> None:
-    action = plan.next_action(observe())
-    assert isinstance(action, plan.StartRoll)
-    assert action.rollout.to_slot == "a" and action.rollout.from_slot is None
-    assert action.rollout.target_revision == REV
-    assert action.rollout.step == Step.STARTING.value
+def started(action: plan.Action) -> RolloutStatus:
+    assert isinstance(action, plan.StartRoll), action
+    return action.rollout
+
+
+# ----- starting a roll: a new shard --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("front", [None, FrontStatus(desired_backend="a")], ids=["no-front", "not-observed"])
+def test_new_shard_waits_for_the_front_to_report(front: FrontStatus | None) -> None:
+    action = plan.next_action(observe(KcpShardStatus(front=front)))
+    assert isinstance(action, plan.Wait)
+    assert "front on node n1" in action.reason
+
+
+def test_new_shard_starts_its_first_slot_in_a_once_the_front_reports() -> None:
+    action = plan.next_action(observe(KcpShardStatus(front=FRONT_UP), retry_token="7"))
+    assert isinstance(action, plan.StartRoll) and not action.recovery
+    ro = action.rollout
+    assert (ro.from_slot, ro.to_slot, ro.from_revision) == (None, "a", None)
+    assert ro.target_revision == REV and ro.step == Step.STARTING.value
+    assert ro.shape is Shape.BLUE_GREEN
+    assert ro.target_generation == 2 and ro.retry_token == "7"
+    assert {"started", "slotStarting"} <= ro.timestamps.keys()
+    # the spec being rolled to is recorded whole: a later edit waits for the next roll
+    assert ro.target_spec is not None and KcpShardSpec.model_validate(ro.target_spec) == SPEC
+
+
+def test_new_shard_starts_blue_green_even_in_single_shape() -> None:
+    # nothing to stop in place: the first slot is an ordinary start in slot a
+    ro = started(plan.next_action(observe(KcpShardStatus(front=FRONT_UP), spec=SINGLE)))
+    assert ro.shape is Shape.BLUE_GREEN and ro.to_slot == "a" and ro.step == Step.STARTING.value
+
+
+def test_roll_id_is_the_revision_and_the_observed_millisecond() -> None:
+    now = T0 + datetime.timedelta(milliseconds=1234)
+    ro = started(plan.next_action(observe(KcpShardStatus(front=FRONT_UP), now=now)))
+    assert ro.id == f"{REV[:6]}-{int(now.timestamp() * 1000) % 10**9:09d}"
+
+
+def test_start_roll_stamps_the_observed_time() -> None:
+    ro = started(plan.next_action(observe(KcpShardStatus(front=FRONT_UP))))
+    assert cond.parse_time(ro.started_at) == T0
+    assert ro.step_started_at is not None and cond.parse_time(ro.step_started_at) == T0
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        KcpShardStatus(front=FrontStatus(error="port 6443 in use")),
+        KcpShardStatus(front=FrontStatus(observed_at=STAMP, error="port 6443 in use")),
+        KcpShardStatus(active_slot="a", active_revision="old", front=FrontStatus(error="port 6443 in use")),
+    ],
+    ids=["new-not-observed", "new-observed", "changed-revision"],
+)
+def test_front_error_stalls_the_roll(status: KcpShardStatus) -> None:
+    action = next_of(status, slot(A, "old"))
+    assert isinstance(action, plan.Stall) and action.reason == "FrontFailed"
+    assert "node n1" in action.message and "port 6443 in use" in action.message
+
+
+# ----- starting a roll: a serving shard ----------------------------------------------------------
 
 
 def test_changed_revision_rolls_to_the_other_slot() -> None:
-    status = KcpShardStatus(active_slot="a", active_revision="old")
-    action = plan.next_action(observe(status, {A: slot(A, "old")}))
-    assert isinstance(action, plan.StartRoll)
-    assert (action.rollout.from_slot, action.rollout.to_slot) == ("a", "b")
-    assert action.rollout.from_revision == "old"
+    # no front report needed once a slot serves
+    status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
+    action = next_of(status, slot(A, "old"))
+    assert isinstance(action, plan.StartRoll) and not action.recovery
+    ro = action.rollout
+    assert (ro.from_slot, ro.to_slot) == ("a", "b")
+    assert (ro.from_revision, ro.target_revision) == ("old", REV)
+    assert ro.from_version == "v0.31.0"
+    assert ro.shape is Shape.BLUE_GREEN and ro.step == Step.STARTING.value
+    assert "slotStarting" in ro.timestamps
+
+
+def test_changed_revision_rolls_from_b_back_to_a() -> None:
+    ro = started(next_of(KcpShardStatus(active_slot="b", active_revision="old"), slot(B, "old")))
+    assert (ro.from_slot, ro.to_slot) == ("b", "a")
+
+
+def test_single_shape_rolls_in_place_stopping_the_old_slot_first() -> None:
+    status = KcpShardStatus(active_slot="b", active_revision="old")
+    ro = started(next_of(status, slot(B, "old"), spec=SINGLE))
+    assert ro.shape is Shape.SINGLE
+    assert ro.from_slot == ro.to_slot == "b"
+    assert ro.step == Step.STOPPING_OLD.value
+    assert "slotStarting" not in ro.timestamps  # stamped when Starting is reached
+
+
+@pytest.mark.parametrize(
+    "spec", [with_roll(backup=True), with_roll(SINGLE, backup=True)], ids=["bg", "single"]
+)
+def test_backup_is_the_first_step_of_a_roll(spec: KcpShardSpec) -> None:
+    ro = started(next_of(KcpShardStatus(active_slot="a", active_revision="old"), slot(A, "old"), spec=spec))
+    assert ro.step == Step.BACKING_UP.value and "slotStarting" not in ro.timestamps
 
 
 def test_same_revision_is_steady() -> None:
     status = KcpShardStatus(active_slot="b", active_revision=REV)
-    assert isinstance(plan.next_action(observe(status, {B: slot(B)})), plan.Steady)
+    assert isinstance(next_of(status, slot(B)), plan.Steady)
 
 
 def test_roll_only_changes_do_not_start_a_roll() -> None:
-    spec = SPEC.model_copy(update={"roll": SPEC.roll.model_copy(update={"ready_timeout_seconds": 5})})
+    spec = with_roll(ready_timeout_seconds=5, backup=True)
     assert revision_of(spec) == REV
+    status = KcpShardStatus(active_slot="b", active_revision=REV)
+    assert isinstance(next_of(status, slot(B), spec=spec), plan.Steady)
 
 
-def test_invalid_spec_stalls_before_anything_starts() -> None:
-    action = plan.next_action(observe(invalid=("non-root shard needs cacheKubeconfigSecretRef",)))
-    assert isinstance(action, plan.Stall)
-    assert action.reason == "InvalidSpec"
-    assert "cacheKubeconfigSecretRef" in action.message
+@pytest.mark.parametrize(
+    "status",
+    [KcpShardStatus(front=FRONT_UP), KcpShardStatus(active_slot="a", active_revision=REV)],
+    ids=["new", "steady"],
+)
+def test_invalid_spec_stalls_before_anything_starts(status: KcpShardStatus) -> None:
+    invalid = ("non-root shard needs cacheKubeconfigSecretRef", "front port 6443 is used")
+    action = next_of(status, slot(A), invalid=invalid)
+    assert action == plan.Stall("InvalidSpec", "; ".join(invalid))
 
 
-def test_failed_roll_is_not_retried_until_the_spec_changes() -> None:
-    status = KcpShardStatus(
-        active_slot="a",
-        active_revision="old",
-        last_roll=RollReport(result="Aborted", to_revision=REV, message="slot b was not ready"),
-    )
-    action = plan.next_action(observe(status, {A: slot(A, "old")}))
+# ----- a failed roll stays failed ----------------------------------------------------------------
+
+
+def failed_last(result: str = "Aborted", **kw: Any) -> KcpShardStatus:
+    kw.setdefault("reason", "ReadyTimeout")
+    report = RollReport(result=result, to_revision=REV, message="slot b was not ready", **kw)
+    return KcpShardStatus(active_slot="a", active_revision="old", last_roll=report)
+
+
+@pytest.mark.parametrize(
+    ("result", "said"),
+    [("Aborted", "was aborted"), ("Failed", "failed"), ("RolledBack", "was rolled back"), ("Odd", "Odd")],
+)
+def test_failed_roll_stalls_with_its_reason(result: str, said: str) -> None:
+    action = next_of(failed_last(result), slot(A, "old"))
+    assert isinstance(action, plan.Stall) and action.reason == "ReadyTimeout"
+    assert f"the roll to revision {REV} {said}: slot b was not ready" in action.message
+    # the message says how to retry, with this shard's name
+    assert f"kubectl annotate kcpshard {NAME} {plan.RETRY_ANNOTATION}=" in action.message
+
+
+def test_failed_roll_stall_says_what_serves() -> None:
+    action = next_of(failed_last(), slot(A, "old"))
+    assert isinstance(action, plan.Stall) and action.message.startswith("slot a serves revision old; ")
+    # the first roll of a new shard failed: nothing serves
+    status = KcpShardStatus(front=FRONT_UP, last_roll=failed_last().last_roll)
+    action = plan.next_action(observe(status))
+    assert isinstance(action, plan.Stall) and action.message.startswith("nothing serves yet; the roll to")
+
+
+def test_failed_roll_without_a_reason_stalls_as_roll_failed() -> None:
+    action = next_of(failed_last(reason=None), slot(A, "old"))
     assert isinstance(action, plan.Stall) and action.reason == "RollFailed"
-    # another revision (a spec change) rolls again
+
+
+def test_changing_the_spec_starts_a_new_roll_after_a_failed_one() -> None:
     other = SPEC.model_copy(update={"extra_args": ["-v=4"]})
-    assert isinstance(plan.next_action(observe(status, {A: slot(A, "old")}, spec=other)), plan.StartRoll)
+    ro = started(next_of(failed_last(), slot(A, "old"), spec=other))
+    assert ro.target_revision == revision_of(other)
+
+
+def test_changing_the_retry_token_starts_a_new_roll_after_a_failed_one() -> None:
+    status = failed_last(retry_token="1")
+    assert isinstance(next_of(status, slot(A, "old"), retry_token="1"), plan.Stall)
+    ro = started(next_of(status, slot(A, "old"), retry_token="2"))
+    assert ro.retry_token == "2" and ro.target_revision == REV
+    # the annotation added for the first time is a change too
+    assert isinstance(next_of(failed_last(), slot(A, "old"), retry_token="1"), plan.StartRoll)
+
+
+def test_a_succeeded_last_roll_never_blocks() -> None:
+    # rolling back to the revision of an earlier, successful roll
+    assert isinstance(next_of(failed_last("Succeeded"), slot(A, "old")), plan.StartRoll)
+
+
+# ----- recovery: the serving slot died -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dead",
+    [
+        None,
+        slot(A, "old", exited_at="2026-12-01T11:59:00Z", exit_code=137),
+        slot(A, "old", job=plan.JobView(name="job-a", failed=1)),
+        slot(A, "old", job=plan.JobView(name="job-a", succeeded=1)),
+        slot(A, "old", job=None),
+    ],
+    ids=["missing", "exited", "job-failed", "job-succeeded", "no-job-no-pod"],
+)
+def test_dead_serving_slot_is_started_again_on_the_other_slot(dead: plan.SlotView | None) -> None:
+    status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
+    action = plan.next_action(observe(status, {A: dead} if dead else {}))
+    assert isinstance(action, plan.StartRoll) and action.recovery
+    ro = action.rollout
+    assert (ro.from_slot, ro.to_slot) == ("a", "b")
+    assert ro.target_revision == "old" and ro.target_spec == OLD_SPEC_JSON
+    assert ro.shape is Shape.BLUE_GREEN and ro.step == Step.STARTING.value
+
+
+def test_recovery_comes_before_every_stall() -> None:
+    # invalid spec, a failed last roll, a broken front, Single shape and backup: none delays it
+    status = failed_last(reason="X").model_copy(
+        update={"front": FrontStatus(error="boom"), "active_spec": OLD_SPEC_JSON}
+    )
+    action = plan.next_action(observe(status, invalid=("bad",), spec=with_roll(SINGLE, backup=True)))
+    assert isinstance(action, plan.StartRoll) and action.recovery
+    assert action.rollout.shape is Shape.BLUE_GREEN and action.rollout.step == Step.STARTING.value
+    assert action.rollout.to_slot == "b"
+
+
+@pytest.mark.parametrize(
+    "alive",
+    [
+        slot(A, REV, job=None, live_pods=1),
+        slot(A, REV, job=plan.JobView(name="job-a", active=1, deleting=True), live_pods=1),
+        slot(A, REV, job=plan.JobView(name="job-a", failed=1), live_pods=1),
+    ],
+    ids=["job-gone-pod-runs", "job-deleting", "job-failed-pod-runs"],
+)
+def test_serving_slot_with_a_live_pod_is_not_recovered(alive: plan.SlotView) -> None:
+    assert isinstance(next_of(KcpShardStatus(active_slot="a", active_revision=REV), alive), plan.Steady)
 
 
 def test_a_roll_under_way_is_finished_before_a_new_revision() -> None:
     # the spec changed again mid-roll: the planner keeps driving the recorded target
     other = SPEC.model_copy(update={"extra_args": ["-v=4"]})
-    status = KcpShardStatus(active_slot="a", active_revision="old", rollout=rollout(Step.STARTING))
-    action = plan.next_action(observe(status, {A: slot(A, "old")}, spec=other))
-    assert isinstance(action, plan.CreateSlot) and action.revision == REV
+    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), spec=other)
+    assert action == plan.CreateSlot(B, REV, start=0)
 
 
-# ----- the steps ---------------------------------------------------------------------------------
+# ----- BackingUp ---------------------------------------------------------------------------------
+
+
+def test_backing_up_starts_the_backup_job() -> None:
+    assert next_of(during(rollout(Step.BACKING_UP)), slot(A, "old")) == plan.StartBackup()
+
+
+@pytest.mark.parametrize("ro", [rollout(Step.BACKING_UP), single(Step.BACKING_UP)], ids=["bg", "single"])
+def test_backup_error_aborts_while_the_old_slot_still_serves(ro: RolloutStatus) -> None:
+    backup = plan.BackupView("shard1-backup-x", error="etcdctl: context deadline exceeded")
+    action = next_of(during(ro), slot(A, "old"), backup=backup)
+    assert isinstance(action, plan.Abort) and action.reason == "BackupFailed"
+    assert "shard1-backup-x" in action.message and "context deadline exceeded" in action.message
+
+
+@pytest.mark.parametrize(
+    ("ro", "step"),
+    [
+        (rollout(Step.BACKING_UP), Step.STARTING),
+        (single(Step.BACKING_UP), Step.STOPPING_OLD),
+        (rollout(Step.BACKING_UP, from_slot=None, to_slot="a", shape=Shape.SINGLE), Step.STARTING),
+    ],
+    ids=["bg", "single", "single-without-old"],
+)
+def test_backup_report_advances_carrying_the_report(ro: RolloutStatus, step: Step) -> None:
+    action = next_of(during(ro), slot(A, "old"), backup=plan.BackupView(REPORT.job, report=REPORT))
+    assert isinstance(action, plan.Advance) and action.step is step
+    assert action.backup == REPORT
+    assert REPORT.path in action.message and "1.50s" in action.message
+
+
+def test_backup_waits_until_its_deadline_then_times_out() -> None:
+    spec = with_roll(backup=True, backup_timeout_seconds=60)
+    status, running = during(rollout(Step.BACKING_UP)), plan.BackupView("shard1-backup-x")
+    waiting = next_of(status, slot(A, "old"), spec=spec, backup=running, now=at(59))
+    assert waiting == plan.Wait("waiting for the store backup", until=at(60))
+    action = next_of(status, slot(A, "old"), spec=spec, backup=running, now=at(60))
+    assert isinstance(action, plan.Abort) and action.reason == "BackupTimeout"
+    assert "60s" in action.message and "kubectl logs job/shard1-backup-x" in action.message
+
+
+def test_deadlines_count_from_the_step_start_else_the_roll_start() -> None:
+    running = plan.BackupView("j")
+    step_start = rollout(Step.BACKING_UP, started_at="2026-12-01T11:00:00Z")
+    action = next_of(during(step_start), slot(A, "old"), backup=running)
+    assert isinstance(action, plan.Wait) and action.until == at(SPEC.roll.backup_timeout_seconds)
+    no_step_start = rollout(Step.BACKING_UP, started_at="2026-12-01T11:55:00Z", step_started_at=None)
+    action = next_of(during(no_step_start), slot(A, "old"), backup=running)
+    assert isinstance(action, plan.Wait) and action.until == at(SPEC.roll.backup_timeout_seconds - 300)
+
+
+# ----- Starting ----------------------------------------------------------------------------------
 
 
 def test_starting_creates_the_slot_then_advances() -> None:
-    status = KcpShardStatus(active_slot="a", active_revision="old", rollout=rollout(Step.STARTING))
-    action = plan.next_action(observe(status, {A: slot(A, "old")}))
-    assert action == plan.CreateSlot(B, REV, start=0)
-    action = plan.next_action(observe(status, {A: slot(A, "old"), B: slot(B)}))
+    status = during(rollout(Step.STARTING))
+    assert next_of(status, slot(A, "old")) == plan.CreateSlot(B, REV, start=0)
+    action = next_of(status, slot(A, "old"), slot(B))
     assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
 
 
 @pytest.mark.parametrize(
-    "leftover",
+    ("leftover", "why"),
     [
-        slot(B, "another-revision"),
-        slot(B, exited_at="2026-12-01T11:00:00Z"),
-        slot(B, deleting=True),
+        (slot(B, "another-revision"), "it runs revision another-revision"),
+        (slot(B, roll_id="other-roll"), "not started by this roll"),
+        (slot(B, roll_id=None), "not started by this roll"),
+        (slot(B, exited_at="2026-12-01T11:00:00Z"), "already ran and stopped"),
+        (slot(B, deleting=True), "already ran and stopped"),
+        (slot(B, job=plan.JobView(name="j", succeeded=1)), "already ran and stopped"),
+        (slot(B, job=plan.JobView(name="j", failed=1), live_pods=1), "already ran and stopped"),
     ],
-    ids=["other-revision", "already-ran", "deleting"],
+    ids=["other-revision", "other-roll", "no-roll", "exited", "deleting", "job-succeeded", "job-failed"],
 )
-def test_starting_never_adopts_a_leftover_slot(leftover: plan.SlotView) -> None:
-    status = KcpShardStatus(active_slot="a", active_revision="old", rollout=rollout(Step.STARTING))
-    action = plan.next_action(observe(status, {A: slot(A, "old"), B: leftover}))
+def test_starting_never_adopts_a_leftover_slot(leftover: plan.SlotView, why: str) -> None:
+    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), leftover)
     assert isinstance(action, plan.DeleteSlot) and action.slot is B
+    assert action.why.startswith("never adopted: ") and why in action.why
+
+
+def test_starting_creates_the_job_again_when_it_was_never_created() -> None:
+    # the KcpSlot was written, then the operator stopped before the Job
+    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), slot(B, job=None))
+    assert action == plan.CreateSlot(B, REV, start=0)
+
+
+def test_starting_keeps_a_slot_whose_pod_still_runs() -> None:
+    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), slot(B, job=None, live_pods=1))
+    assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
+
+
+@pytest.mark.parametrize(
+    "old",
+    [slot(A, "old", exited_at="2026-12-01T12:00:01Z"), slot(A, REV, roll_id="earlier-roll")],
+    ids=["old-revision", "other-roll"],
+)
+def test_single_starting_deletes_the_old_slot_then_creates_it(old: plan.SlotView) -> None:
+    status = during(single(Step.STARTING))
+    action = next_of(status, old)
+    assert isinstance(action, plan.DeleteSlot) and action.slot is A and "never adopted" in action.why
+    assert next_of(status) == plan.CreateSlot(A, REV, start=0)
+    action = next_of(status, slot(A))
+    assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
+
+
+def test_restoring_starts_the_old_revision_again() -> None:
+    status = during(single(Step.STARTING, restoring=True))
+    failed_new = slot(A, exited_at="2026-12-01T12:01:00Z", exit_code=1)
+    action = next_of(status, failed_new)
+    assert isinstance(action, plan.DeleteSlot) and "not old" in action.why
+    assert next_of(status) == plan.CreateSlot(A, "old", start=0)
+    action = next_of(status, slot(A, "old"))
+    assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
+
+
+@pytest.mark.parametrize(
+    ("ro", "expected"),
+    [
+        (single(Step.STARTING, restoring=True), "old"),
+        (single(Step.STARTING, restoring=True, from_revision=None), REV),
+        (single(Step.STARTING), REV),
+        (rollout(Step.STARTING), REV),
+    ],
+    ids=["restoring", "restoring-without-from", "single", "bg"],
+)
+def test_expected_revision(ro: RolloutStatus, expected: str) -> None:
+    assert plan.expected_revision(ro) == expected
+
+
+# ----- WaitingReady ------------------------------------------------------------------------------
 
 
 def test_waiting_ready_waits_then_advances_to_flip() -> None:
-    status = KcpShardStatus(active_slot="a", active_revision="old", rollout=rollout(Step.WAITING_READY))
-    waiting = plan.next_action(
-        observe(status, {A: slot(A, "old"), B: slot(B, conditions=ready_conditions("Seeded"))})
-    )
-    assert isinstance(waiting, plan.Wait)
-    assert waiting.until == T0 + datetime.timedelta(seconds=SPEC.roll.ready_timeout_seconds)
-    ready = slot(B, conditions=ready_conditions("Seeded", "Listening", "Ready"), port=4321)
-    action = plan.next_action(observe(status, {A: slot(A, "old"), B: ready}))
+    status = during(rollout(Step.WAITING_READY))
+    seeded = slot(B, conditions=ready_conditions("Seeded"))
+    waiting = next_of(status, slot(A, "old"), seeded)
+    assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.ready_timeout_seconds)
+    # Ready without a port is not enough to flip to
+    no_port = slot(B, conditions=ready_conditions("Seeded", "Listening", "Ready"))
+    assert isinstance(next_of(status, slot(A, "old"), no_port), plan.Wait)
+    action = next_of(status, slot(A, "old"), ready_slot(B, port=4321))
     assert isinstance(action, plan.Advance) and action.step is Step.FLIPPING
+    assert "4321" in action.message
 
 
 @pytest.mark.parametrize(
@@ -167,113 +506,375 @@ def test_waiting_ready_waits_then_advances_to_flip() -> None:
     [
         (None, "SlotLost"),
         (slot(B, exited_at="2026-12-01T12:00:05Z", exit_code=2), "SlotExited"),
-        (slot(B, job=plan.JobView(name="j", failed=1)), "SlotExited"),
+        (slot(B, job=plan.JobView(name="j", failed=1), live_pods=1), "SlotExited"),
+        (slot(B, job=None), "SlotExited"),
+        (slot(B, conditions=(failed_condition("Seeded", None, "missing sa.key"),)), "SeedFailed"),
+        (slot(B, conditions=(failed_condition("Seeded", "CopyFailed", "disk full"),)), "SeedFailed"),
         (
-            slot(B, conditions=({"type": "Seeded", "status": "False", "message": "missing sa.key"},)),
-            "SeedFailed",
+            slot(B, conditions=(failed_condition("Seeded", "StoreUnreachable", "no etcd"),)),
+            "StoreUnreachable",
+        ),
+        (slot(B, conditions=(failed_condition("Seeded", "MissingSecret", "no Secret"),)), "MissingSecret"),
+        (
+            slot(B, conditions=(failed_condition("Seeded", "MissingSecret", "x"),), exited_at=STAMP),
+            "MissingSecret",
         ),
     ],
-    ids=["lost", "exited", "job-failed", "seed-failed"],
+    ids=[
+        "lost",
+        "exited",
+        "job-failed",
+        "no-job-no-pod",
+        "seed-no-reason",
+        "seed-other-reason",
+        "store-unreachable",
+        "missing-secret",
+        "seed-failure-before-exit",
+    ],
 )
 def test_failure_before_the_flip_aborts(new_slot: plan.SlotView | None, reason: str) -> None:
-    status = KcpShardStatus(active_slot="a", active_revision="old", rollout=rollout(Step.WAITING_READY))
-    slots = {A: slot(A, "old")} | ({B: new_slot} if new_slot else {})
-    action = plan.next_action(observe(status, slots))
+    slots = [slot(A, "old"), *([new_slot] if new_slot else [])]
+    action = next_of(during(rollout(Step.WAITING_READY)), *slots)
     assert isinstance(action, plan.Abort) and action.reason == reason
 
 
-def test_not_ready_in_time_aborts_with_what_to_look_at() -> None:
-    status = KcpShardStatus(active_slot="a", active_revision="old", rollout=rollout(Step.WAITING_READY))
-    late = T0 + datetime.timedelta(seconds=SPEC.roll.ready_timeout_seconds + 1)
-    action = plan.next_action(observe(status, {A: slot(A, "old"), B: slot(B)}, now=late))
+def test_slot_lost_before_it_was_ready() -> None:
+    action = next_of(during(rollout(Step.WAITING_READY)), slot(A, "old"))
+    assert action == plan.Abort("SlotLost", "slot b disappeared before it was ready")
+    assert isinstance(next_of(during(single(Step.WAITING_READY))), plan.Restore)
+
+
+def test_a_port_without_ready_is_not_enough_to_flip() -> None:
+    listening = slot(B, conditions=ready_conditions("Seeded", "Listening"), port=4321)
+    assert isinstance(next_of(during(rollout(Step.WAITING_READY)), slot(A, "old"), listening), plan.Wait)
+
+
+def test_seed_failure_message_names_the_slot() -> None:
+    new = slot(B, conditions=(failed_condition("Seeded", "MissingSecret", "Secret shard1-root not found"),))
+    action = next_of(during(rollout(Step.WAITING_READY)), slot(A, "old"), new)
+    assert isinstance(action, plan.Abort) and action.message == "slot b: Secret shard1-root not found"
+
+
+def test_exit_message_has_the_code_and_the_jobs_failure() -> None:
+    job = plan.JobView(name="job-b", failed=1, message="BackoffLimitExceeded: Job has reached the limit")
+    new = slot(B, exited_at="2026-12-01T12:00:05Z", exit_code=2, job=job)
+    action = next_of(during(rollout(Step.WAITING_READY)), slot(A, "old"), new)
+    assert isinstance(action, plan.Abort) and action.reason == "SlotExited"
+    assert "exited with code 2 before it was ready" in action.message
+    assert "(BackoffLimitExceeded: Job has reached the limit)" in action.message
+    assert "kubectl logs job/job-b" in action.message
+
+
+def test_succeeded_job_before_ready_is_an_exit() -> None:
+    # the host agent exits 0 after a stop; if it could not write exitedAt, only the Job tells
+    new = slot(B, job=plan.JobView(name="job-b", succeeded=1))
+    assert new.gone
+    action = next_of(during(rollout(Step.WAITING_READY)), slot(A, "old"), new)
+    assert isinstance(action, plan.Abort) and action.reason == "SlotExited"
+
+
+@pytest.mark.parametrize(
+    ("new_slot", "says"),
+    [
+        (slot(B), ["its host agent never reported", "node n1", "kubectl describe pods -l job-name=job-b"]),
+        (slot(B, started_at=STAMP), ["Seeded=False, Listening=False, Ready=False", "kubectl logs job/job-b"]),
+        (
+            slot(B, conditions=ready_conditions("Seeded", "Listening")),
+            ["Seeded=True, Listening=True, Ready=False", "kubectl logs job/job-b"],
+        ),
+    ],
+    ids=["agent-silent", "agent-started", "agent-reported"],
+)
+def test_not_ready_in_time_aborts_with_what_to_look_at(new_slot: plan.SlotView, says: list[str]) -> None:
+    status = during(rollout(Step.WAITING_READY))
+    timeout = SPEC.roll.ready_timeout_seconds
+    assert isinstance(next_of(status, slot(A, "old"), new_slot, now=at(timeout - 1)), plan.Wait)
+    action = next_of(status, slot(A, "old"), new_slot, now=at(timeout))
     assert isinstance(action, plan.Abort) and action.reason == "ReadyTimeout"
-    assert "Job's logs" in action.message
+    assert f"not ready within {timeout}s" in action.message
+    for text in says:
+        assert text in action.message
+    if "never reported" not in says[0]:
+        assert "never reported" not in action.message
+
+
+def test_single_failure_before_the_flip_restores_the_old_revision() -> None:
+    new = slot(A, exited_at="2026-12-01T12:00:05Z", exit_code=1)
+    action = next_of(during(single(Step.WAITING_READY)), new)
+    assert isinstance(action, plan.Restore) and action.reason == "SlotExited"
+
+
+def test_single_failure_while_restoring_fails_the_roll() -> None:
+    new = slot(A, "old", exited_at="2026-12-01T12:00:05Z", exit_code=1)
+    action = next_of(during(single(Step.WAITING_READY, restoring=True)), new)
+    assert isinstance(action, plan.Fail) and action.reason == "SlotExited"
+    assert action.message.startswith("the old revision old did not come back either: slot a exited")
+
+
+# ----- Flipping ----------------------------------------------------------------------------------
+
+
+def front(backend: str | None, port: int | None, observed: tuple[str, int] | None = None) -> FrontStatus:
+    seen = observed or (None, None)
+    return FrontStatus(
+        desired_backend=backend, desired_port=port, observed_backend=seen[0], observed_port=seen[1]
+    )
 
 
 def test_flip_sets_the_backend_then_waits_for_the_front_then_advances() -> None:
-    ready = slot(B, conditions=ready_conditions("Ready"), port=4321)
-    base = {"active_slot": "a", "active_revision": "old", "rollout": rollout(Step.FLIPPING)}
-    action = plan.next_action(observe(KcpShardStatus(**base), {A: slot(A, "old"), B: ready}))
-    assert action == plan.Flip(B, 4321)
-
-    asked = KcpShardStatus(**base, front={"desiredBackend": "b", "desiredPort": 4321, "observedBackend": "a"})
-    assert isinstance(plan.next_action(observe(asked, {A: slot(A, "old"), B: ready})), plan.Wait)
-    late = T0 + datetime.timedelta(seconds=SPEC.roll.flip_timeout_seconds + 1)
-    stalled = plan.next_action(observe(asked, {A: slot(A, "old"), B: ready}, now=late))
-    assert isinstance(stalled, plan.Stall) and stalled.reason == "FlipTimeout"
-
-    served = KcpShardStatus(
-        **base,
-        front={"desiredBackend": "b", "desiredPort": 4321, "observedBackend": "b", "observedPort": 4321},
-    )
-    action = plan.next_action(observe(served, {A: slot(A, "old"), B: ready}))
+    ro, new = rollout(Step.FLIPPING), ready_slot(B, port=4321)
+    assert next_of(during(ro), slot(A, "old"), new) == plan.Flip(B, 4321)
+    asked = during(ro, front=front("b", 4321, ("a", 1111)))
+    waiting = next_of(asked, slot(A, "old"), new)
+    assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.flip_timeout_seconds)
+    served = during(ro, front=front("b", 4321, ("b", 4321)))
+    action = next_of(served, slot(A, "old"), new)
     assert isinstance(action, plan.Advance) and action.step is Step.STOPPING_OLD
 
 
-def test_first_slot_skips_stop_and_lease_handover() -> None:
-    ready = slot(A, conditions=ready_conditions("Ready"), port=4321)
-    status = KcpShardStatus(
-        rollout=rollout(Step.FLIPPING, from_slot=None, to_slot="a"),
-        front={"desiredBackend": "a", "desiredPort": 4321, "observedBackend": "a", "observedPort": 4321},
-    )
-    action = plan.next_action(observe(status, {A: ready}))
-    assert isinstance(action, plan.Advance) and action.step is Step.PROBING
+@pytest.mark.parametrize(
+    "fs",
+    [
+        front("a", 1111, ("a", 1111)),
+        front("b", 9999, ("b", 9999)),
+        front("a", 4321),
+        front(None, None),
+    ],
+    ids=["old-backend", "old-port", "other-backend-same-port", "empty"],
+)
+def test_flip_is_asked_again_when_the_front_wants_something_else(fs: FrontStatus) -> None:
+    action = next_of(during(rollout(Step.FLIPPING), front=fs), slot(A, "old"), ready_slot(B, port=4321))
+    assert action == plan.Flip(B, 4321)
+
+
+def test_front_on_the_right_backend_but_another_port_is_no_confirmation() -> None:
+    # a slot restarted on a new port: the front still serves the previous one
+    status = during(rollout(Step.FLIPPING), front=front("b", 4321, ("b", 9999)))
+    assert isinstance(next_of(status, slot(A, "old"), ready_slot(B, port=4321)), plan.Wait)
+
+
+def test_front_serving_another_backend_on_that_port_is_no_confirmation() -> None:
+    # only the observed backend confirms the flip, not the one asked for
+    status = during(rollout(Step.FLIPPING), front=front("b", 4321, ("a", 4321)))
+    assert isinstance(next_of(status, slot(A, "old"), ready_slot(B, port=4321)), plan.Wait)
+
+
+def test_flip_timeout_aborts_naming_the_front() -> None:
+    status = during(rollout(Step.FLIPPING), front=front("b", 4321, ("a", 1111)))
+    timeout = SPEC.roll.flip_timeout_seconds
+    action = next_of(status, slot(A, "old"), ready_slot(B, port=4321), now=at(timeout))
+    assert isinstance(action, plan.Abort) and action.reason == "FlipTimeout"
+    assert f"within {timeout}s" in action.message
+    assert "front agent on node n1" in action.message
+    assert f"kubectl logs deployment/{NAME}-front" in action.message
+
+
+def test_single_flip_timeout_restores() -> None:
+    status = during(single(Step.FLIPPING), front=front("a", 4321, ("a", 1111)))
+    action = next_of(status, ready_slot(A, port=4321), now=at(SPEC.roll.flip_timeout_seconds))
+    assert isinstance(action, plan.Restore) and action.reason == "FlipTimeout"
+
+
+@pytest.mark.parametrize(
+    "new_slot",
+    [
+        None,
+        slot(B, conditions=ready_conditions("Ready")),
+        slot(B, port=4321, exited_at="2026-12-01T12:00:05Z"),
+        slot(B, port=4321, job=plan.JobView(name="j", failed=1)),
+    ],
+    ids=["missing", "no-port", "exited", "job-failed"],
+)
+def test_slot_lost_during_the_flip_aborts(new_slot: plan.SlotView | None) -> None:
+    slots = [slot(A, "old"), *([new_slot] if new_slot else [])]
+    action = next_of(during(rollout(Step.FLIPPING), front=front("b", 4321)), *slots)
+    assert isinstance(action, plan.Abort) and action.reason == "SlotLost"
+    assert "slot b stopped during the flip" in action.message
+
+
+@pytest.mark.parametrize(
+    ("ro", "step"),
+    [
+        (rollout(Step.FLIPPING), Step.STOPPING_OLD),
+        (single(Step.FLIPPING), Step.HANDING_OVER_LEASE),
+        (single(Step.FLIPPING, restoring=True), Step.HANDING_OVER_LEASE),
+        (rollout(Step.FLIPPING, from_slot=None, to_slot="b"), Step.PROBING),
+    ],
+    ids=["bg", "single", "restoring", "first-slot"],
+)
+def test_confirmed_flip_advances_to_the_shapes_next_step(ro: RolloutStatus, step: Step) -> None:
+    to = SlotName(ro.to_slot)
+    status = during(ro, front=front(to.value, 4321, (to.value, 4321)))
+    action = next_of(status, ready_slot(to, port=4321, revision=plan.expected_revision(ro)))
+    assert isinstance(action, plan.Advance) and action.step is step
+
+
+# ----- StoppingOld -------------------------------------------------------------------------------
 
 
 def test_stopping_old_deletes_its_job_once_then_waits_for_its_exit() -> None:
-    status = KcpShardStatus(active_slot="b", active_revision=REV, rollout=rollout(Step.STOPPING_OLD))
-    new = slot(B, port=1)
-    assert plan.next_action(observe(status, {A: slot(A, "old"), B: new})) == plan.StopSlot(A)
+    status, new = during(rollout(Step.STOPPING_OLD), active_slot="b"), slot(B, port=1)
+    assert next_of(status, slot(A, "old"), new) == plan.StopSlot(A)
     stopping = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True))
-    assert isinstance(plan.next_action(observe(status, {A: stopping, B: new})), plan.Wait)
+    waiting = next_of(status, stopping, new)
+    assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.stop_timeout_seconds)
     # the Job is gone at once, but its pod still runs kcp's shutdown delay
     draining = slot(A, "old", job=None, live_pods=1)
-    assert isinstance(plan.next_action(observe(status, {A: draining, B: new})), plan.Wait)
+    assert isinstance(next_of(status, draining, new), plan.Wait)
     exited = slot(A, "old", exited_at="2026-12-01T12:00:09Z")
-    action = plan.next_action(observe(status, {A: exited, B: new}))
+    action = next_of(status, exited, new)
+    assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE
+    action = next_of(status, new)
     assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE
 
 
+@pytest.mark.parametrize(
+    "old",
+    [
+        slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True)),
+        slot(A, "old", job=None, live_pods=1),
+    ],
+    ids=["job-deleting", "job-gone-pod-runs"],
+)
+def test_old_slot_outliving_its_stop_timeout_is_killed(old: plan.SlotView) -> None:
+    spec = with_roll(stop_timeout_seconds=20)
+    status = during(rollout(Step.STOPPING_OLD), active_slot="b")
+    assert isinstance(next_of(status, old, slot(B), spec=spec, now=at(19)), plan.Wait)
+    assert next_of(status, old, slot(B), spec=spec, now=at(20)) == plan.KillSlot(A)
+
+
+def test_blue_green_stops_whatever_runs_in_the_old_slot() -> None:
+    # two kcp processes must not stay on one store past the flip, whatever revision the old one runs
+    status = during(rollout(Step.STOPPING_OLD), active_slot="b")
+    assert next_of(status, slot(A, "unexpected"), slot(B)) == plan.StopSlot(A)
+
+
+def test_old_slot_is_asked_to_stop_before_it_is_killed() -> None:
+    # past the timeout but never asked (an operator restart between the step write and the stop)
+    status = during(rollout(Step.STOPPING_OLD), active_slot="b")
+    late = at(SPEC.roll.stop_timeout_seconds + 1)
+    assert next_of(status, slot(A, "old"), slot(B), now=late) == plan.StopSlot(A)
+
+
+def test_single_stopping_old_stops_the_serving_slot_then_starts() -> None:
+    status = during(single(Step.STOPPING_OLD))
+    # the slot being stopped is also the roll's target slot: its going is no SlotLost
+    assert next_of(status, slot(A, "old")) == plan.StopSlot(A)
+    for stopped in [slot(A, "old", exited_at="2026-12-01T12:00:09Z"), None, slot(A, REV)]:
+        action = next_of(status, *([stopped] if stopped else []))
+        assert isinstance(action, plan.Advance) and action.step is Step.STARTING, stopped
+
+
+# ----- after the flip ----------------------------------------------------------------------------
+
+
+AFTER_FLIP = [
+    rollout(Step.STOPPING_OLD),
+    rollout(Step.HANDING_OVER_LEASE),
+    rollout(Step.PROBING),
+    rollout(Step.DRAINING),
+    rollout(Step.RETIRING),
+    single(Step.HANDING_OVER_LEASE),
+    single(Step.PROBING),
+    single(Step.RETIRING),
+]
+
+
+@pytest.mark.parametrize("ro", AFTER_FLIP, ids=lambda r: f"{r.shape}-{r.step}")
+@pytest.mark.parametrize(
+    "lost",
+    [None, slot(B, exited_at=STAMP, exit_code=137), slot(B, job=plan.JobView(name="j", failed=1))],
+    ids=["missing", "exited", "job-failed"],
+)
+def test_new_slot_lost_after_the_flip_fails_the_roll(ro: RolloutStatus, lost: plan.SlotView | None) -> None:
+    to = SlotName(ro.to_slot)
+    gone = [dataclasses.replace(lost, name=to)] if lost else []
+    others = [slot(A, "old")] if to is B else []
+    action = next_of(during(ro, active_slot=ro.to_slot), *others, *gone)
+    assert isinstance(action, plan.Fail) and action.reason == "SlotLost"
+    assert f"slot {to.value} stopped" in action.message and "after the front moved to it" in action.message
+    assert (" with code 137 " in action.message) == (lost is not None and lost.exit_code == 137)
+
+
 def test_lease_and_probe_carry_their_deadlines() -> None:
-    status = KcpShardStatus(active_slot="b", rollout=rollout(Step.HANDING_OVER_LEASE))
-    action = plan.next_action(observe(status))
-    assert action == plan.HandOverLease(T0 + datetime.timedelta(seconds=SPEC.roll.lease_timeout_seconds))
-    status = KcpShardStatus(active_slot="b", rollout=rollout(Step.PROBING))
-    assert plan.next_action(observe(status)) == plan.Probe(
-        T0 + datetime.timedelta(seconds=SPEC.roll.probe_timeout_seconds)
-    )
+    status = during(rollout(Step.HANDING_OVER_LEASE), active_slot="b")
+    assert next_of(status, slot(B)) == plan.HandOverLease(at(SPEC.roll.lease_timeout_seconds))
+    status = during(rollout(Step.PROBING), active_slot="b")
+    assert next_of(status, slot(B)) == plan.Probe(at(SPEC.roll.probe_timeout_seconds))
 
 
 def test_drain_waits_for_connections_then_asks_the_front_to_close_them() -> None:
-    status = KcpShardStatus(active_slot="b", rollout=rollout(Step.DRAINING), front={"connections": {"a": 2}})
-    assert isinstance(plan.next_action(observe(status)), plan.Wait)
-    late = T0 + datetime.timedelta(seconds=SPEC.roll.drain_timeout_seconds + 1)
-    assert plan.next_action(observe(status, now=late)) == plan.RequestDrain(A)
-    empty = KcpShardStatus(active_slot="b", rollout=rollout(Step.DRAINING), front={"connections": {"a": 0}})
-    action = plan.next_action(observe(empty))
+    ro = rollout(Step.DRAINING)
+    status = during(ro, active_slot="b", front=FrontStatus(connections={"a": 2, "b": 5}))
+    waiting = next_of(status, slot(B))
+    assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.drain_timeout_seconds)
+    assert "2 connections" in waiting.reason
+    late = at(SPEC.roll.drain_timeout_seconds)
+    assert next_of(status, slot(B), now=late) == plan.RequestDrain(A)
+    # asked already: the old kcp has exited, so the roll goes on without asking again
+    asked = during(ro, active_slot="b", front=FrontStatus(connections={"a": 2}, drain="a"))
+    done = next_of(asked, slot(B), now=late)
+    assert isinstance(done, plan.Advance) and done.step is Step.RETIRING
+    assert "close the 2 connection(s) left on slot a" in done.message
+
+
+@pytest.mark.parametrize(
+    "fs",
+    [FrontStatus(connections={"a": 0, "b": 3}), FrontStatus(connections={"b": 3}), None],
+    ids=["zero", "none-listed", "no-front"],
+)
+def test_drain_ends_when_no_connection_is_left(fs: FrontStatus | None) -> None:
+    action = next_of(during(rollout(Step.DRAINING), active_slot="b", front=fs), slot(B))
     assert isinstance(action, plan.Advance) and action.step is Step.RETIRING
+    assert "no connections left on slot a" in action.message
+
+
+@pytest.mark.parametrize(
+    "ro", [single(Step.DRAINING), rollout(Step.DRAINING, from_slot=None)], ids=["single", "first-slot"]
+)
+def test_drain_is_skipped_without_another_slot(ro: RolloutStatus) -> None:
+    # in Single shape the "old" slot is the serving one: its connections are the live traffic
+    status = during(ro, active_slot=ro.to_slot, front=FrontStatus(connections={"a": 3, "b": 3}))
+    action = next_of(status, slot(SlotName(ro.to_slot)), now=at(3600))
+    assert action == plan.Advance(Step.RETIRING, "no old slot to drain")
 
 
 def test_retiring_deletes_the_old_slot_then_finishes() -> None:
-    status = KcpShardStatus(active_slot="b", rollout=rollout(Step.RETIRING))
-    action = plan.next_action(observe(status, {A: slot(A, "old"), B: slot(B)}))
-    assert isinstance(action, plan.DeleteSlot) and action.slot is A
-    assert isinstance(plan.next_action(observe(status, {B: slot(B)})), plan.Finish)
+    status = during(rollout(Step.RETIRING), active_slot="b")
+    assert next_of(status, slot(A, "old"), slot(B)) == plan.DeleteSlot(A, why="retired after the roll")
+    assert next_of(status, slot(B)) == plan.Finish(f"slot b serves revision {REV}")
 
 
-def test_report_durations_from_timestamps() -> None:
-    stamps = {
-        "started": "2026-12-01T12:00:00Z",
-        "ready": "2026-12-01T12:00:02.5Z",
-        "flipped": "2026-12-01T12:00:03Z",
-        "oldExited": "2026-12-01T12:00:06Z",
-        "leaseHandedOver": "2026-12-01T12:00:07Z",
-        "probed": "2026-12-01T12:00:08Z",
-        "finished": "2026-12-01T12:00:09Z",
-    }
-    spans = plan.durations(stamps)
-    assert spans["startToReady"] == 2.5
-    assert spans["oldExit"] == 3.0
-    assert spans["leaseHandover"] == 1.0
-    assert spans["total"] == 9.0
-    assert "drain" not in spans
+def test_single_retiring_keeps_its_only_slot() -> None:
+    action = next_of(during(single(Step.RETIRING)), slot(A))
+    assert action == plan.Finish(f"slot a serves revision {REV}")
+
+
+def test_restored_roll_finishes_on_the_old_revision() -> None:
+    action = next_of(during(single(Step.RETIRING, restoring=True)), slot(A, "old"))
+    assert action == plan.Finish("slot a serves the old revision old again")
+
+
+def test_a_failed_recovery_stalls_instead_of_looping() -> None:
+    last = RollReport(
+        result="Aborted",
+        reason="ReadyTimeout",
+        to_revision=REV,
+        recovery=True,
+        message="slot b was not ready",
+    )
+    status = KcpShardStatus(active_slot="a", active_revision=REV, last_roll=last, front=FRONT_UP)
+    action = plan.next_action(observe(status, {}))
+    assert isinstance(action, plan.Stall) and action.reason == "SlotLost"
+    assert action.message.startswith("slot a is lost; ") and "slot b was not ready" in action.message
+    # the retry annotation tries once more
+    again = plan.next_action(observe(status, {}, retry_token="1"))
+    assert isinstance(again, plan.StartRoll) and again.recovery and again.rollout.recovery
+
+
+def test_a_front_that_cannot_serve_stalls_a_serving_shard() -> None:
+    front = FrontStatus(observed_at=STAMP, error="haproxy exited with signal SIGKILL; restarting it")
+    status = KcpShardStatus(active_slot="a", active_revision=REV, front=front)
+    action = plan.next_action(observe(status, {A: slot(A)}))
+    assert isinstance(action, plan.Stall) and action.reason == "FrontFailed"
+    assert "restarting it" in action.message

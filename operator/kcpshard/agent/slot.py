@@ -26,7 +26,6 @@ import os
 import re
 import signal
 import socket
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from kcpshard.agent import seed
+from kcpshard.agent import cli, seed
 from kcpshard.agent.child import Child, describe_exit, exit_code
 from kcpshard.agent.procnet import listening_ports
 from kcpshard.api.conditions import Status, now_precise, set_condition
@@ -693,9 +692,7 @@ async def connect_problem(endpoint: StoreEndpoint, timeout: float) -> str | None
 
 
 def fail(message: str) -> int:
-    """One clear line for a person, no traceback."""
-    print(f"kcpshard agent slot: {message}", file=sys.stderr, flush=True)
-    return 1
+    return cli.fail("kcpshard agent slot", message)
 
 
 async def _amain(opts: Options) -> int:
@@ -718,12 +715,7 @@ async def _amain(opts: Options) -> int:
 
 
 def run(argv: list[str]) -> int:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s slot-agent %(levelname)s %(message)s"
-    )
-    # One line per request (a readyz poll every second) would bury what matters.
-    for noisy in ("httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    cli.setup_logging("slot-agent")
     try:
         opts = parse_args(argv)
     except UsageError as exc:

@@ -23,7 +23,11 @@ def now() -> str:
 
 def now_precise() -> str:
     """RFC 3339 with microseconds: the roll report measures sub-second steps."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return precise(datetime.datetime.now(datetime.UTC))
+
+
+def precise(at: datetime.datetime) -> str:
+    return at.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_time(value: str) -> datetime.datetime:

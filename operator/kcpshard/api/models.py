@@ -19,6 +19,8 @@ API_VERSION = f"{GROUP}/{VERSION}"
 # Semver as kcp tags it: v0.32.1, v0.33.0-rc.1.
 VERSION_PATTERN = r"^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+URL_PATTERN = r"^(http|https|unix|unixs)://[^\s]+$"
 
 
 class Model(BaseModel):
@@ -71,7 +73,10 @@ class KcpSpec(Model):
 
 
 class EtcdStore(Model):
-    endpoints: Annotated[list[str], Field(min_length=1, description="etcd client URLs (--etcd-servers).")]
+    endpoints: Annotated[
+        list[Annotated[str, Field(pattern=URL_PATTERN)]],
+        Field(min_length=1, description="etcd client URLs (--etcd-servers), e.g. https://10.0.0.5:2379."),
+    ]
     prefix: Annotated[str | None, Field(description="Key prefix inside etcd, when the store is shared.")] = (
         None
     )
@@ -148,13 +153,20 @@ class KcpShardSpec(Model):
     shape: Annotated[Shape, Field(description="BlueGreen (no outage) or Single (planned outage).")] = (
         Shape.BLUE_GREEN
     )
-    node: Annotated[str, Field(min_length=1, description="Node that runs the slots and the front.")]
+    node: Annotated[
+        str,
+        Field(
+            pattern=DNS_SUBDOMAIN_PATTERN,
+            max_length=253,
+            description="Node that runs the slots and the front.",
+        ),
+    ]
     store: StoreSpec
     front: FrontSpec
     shard: ShardIdentity = Field(default_factory=ShardIdentity)
-    extra_args: Annotated[list[str], Field(alias="extraArgs", description="Appended to kcp start.")] = Field(
-        default_factory=list
-    )
+    extra_args: Annotated[
+        list[str], Field(alias="extraArgs", description="Appended to kcp start (checked by the operator).")
+    ] = Field(default_factory=list)
     feature_gates: Annotated[dict[str, bool], Field(alias="featureGates")] = Field(default_factory=dict)
     roll: RollSpec = Field(default_factory=RollSpec)
     shutdown_delay_seconds: Annotated[
@@ -206,6 +218,9 @@ class RolloutStatus(Model):
     to_slot: Annotated[str, Field(alias="toSlot")]
     target_revision: Annotated[str, Field(alias="targetRevision")]
     from_revision: Annotated[str | None, Field(alias="fromRevision")] = None
+    from_version: Annotated[
+        str | None, Field(alias="fromVersion", description="kcp version of the old slot.")
+    ] = None
     target_generation: Annotated[int | None, Field(alias="targetGeneration")] = None
     shape: Shape = Shape.BLUE_GREEN
     from_holder: Annotated[
@@ -215,14 +230,21 @@ class RolloutStatus(Model):
     restoring: Annotated[
         bool, Field(description="Single shape: the new revision failed; the old one is being started again.")
     ] = False
-    from_spec: Annotated[
+    recovery: Annotated[
+        bool,
+        Field(description="The serving slot died; its revision is being started again on the other slot."),
+    ] = False
+    failure_reason: Annotated[str | None, Field(alias="failureReason")] = None
+    failure_message: Annotated[str | None, Field(alias="failureMessage")] = None
+    target_spec: Annotated[
         dict[str, Any] | None,
         Field(
-            alias="fromSpec",
-            description="The spec the old slot ran (Single shape: to start it again if the roll fails).",
+            alias="targetSpec",
+            description="The spec being rolled to (a spec change during the roll waits for the next one).",
             json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
         ),
     ] = None
+    retry_token: Annotated[str | None, Field(alias="retryToken")] = None
     backup: BackupReport | None = None
     started_at: Annotated[str, Field(alias="startedAt")]
     step_started_at: Annotated[str | None, Field(alias="stepStartedAt")] = None
@@ -232,7 +254,12 @@ class RolloutStatus(Model):
 
 
 class RollReport(Model):
-    result: Annotated[str, Field(description="Succeeded, Aborted or Failed.")]
+    result: Annotated[str, Field(description="Succeeded, Aborted, Failed or RolledBack.")]
+    reason: Annotated[str | None, Field(description="Why it did not succeed (CamelCase).")] = None
+    recovery: Annotated[bool, Field(description="It started a dead serving slot's revision again.")] = False
+    retry_token: Annotated[
+        str | None, Field(alias="retryToken", description="The kcpshard.dev/retry annotation it ran with.")
+    ] = None
     from_slot: Annotated[str | None, Field(alias="fromSlot")] = None
     to_slot: Annotated[str | None, Field(alias="toSlot")] = None
     from_revision: Annotated[str | None, Field(alias="fromRevision")] = None
@@ -272,6 +299,14 @@ class KcpShardStatus(Model):
     rollout: RolloutStatus | None = None
     last_roll: Annotated[RollReport | None, Field(alias="lastRoll")] = None
     front: FrontStatus | None = None
+    active_spec: Annotated[
+        dict[str, Any] | None,
+        Field(
+            alias="activeSpec",
+            description="The spec the active slot runs (to start it again when it is lost or a roll fails).",
+            json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+        ),
+    ] = None
     admin_kubeconfig_secret: Annotated[
         str | None,
         Field(

@@ -13,6 +13,7 @@ import kopf
 from kcpshard.api.models import GROUP, VERSION
 from kcpshard.controller.reconciler import OperatorConfig, ShardReconciler
 from kcpshard.controller.settings import configure
+from kcpshard.controller.teardown import tear_down
 from kcpshard.controller.wakeups import Wakeups
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import ApiClient
@@ -55,6 +56,16 @@ async def _relay(stopped: kopf.DaemonStopped, stop: asyncio.Event) -> None:
     """kopf's stop flag as an asyncio.Event, so the loop's sleep ends the moment kopf stops it."""
     await stopped.wait()
     stop.set()
+
+
+@kopf.on.delete(GROUP, VERSION, "kcpshards")
+async def delete_shard(
+    name: str, namespace: str | None, spec: kopf.Spec, memo: kopf.Memo, logger: Logger, **_: Any
+) -> None:
+    """The finalizer's handler: the shard goes only once its slots and front have stopped."""
+    assert namespace is not None
+    done = await tear_down(memo.api, namespace, name, dict(spec), logger)
+    logger.info(done)
 
 
 @kopf.on.event(GROUP, VERSION, "kcpshards")

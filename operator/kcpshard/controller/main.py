@@ -28,6 +28,12 @@ def _parser() -> argparse.ArgumentParser:
         default="kcpshard",
         help="how the agent Jobs start the kcpshard program (space separated)",
     )
+    parser.add_argument(
+        "--shard-lease-seconds",
+        type=float,
+        default=15.0,
+        help="per-shard Lease: a standby replica takes a shard over after this long without renewal",
+    )
     parser.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
     parser.add_argument("--metrics-port", type=int, default=None, help="Prometheus metrics port")
     parser.add_argument("--verbose", "-v", action="store_true")
@@ -44,7 +50,12 @@ def run(argv: list[str]) -> int:
         logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.metrics_port is not None:
         prometheus_client.start_http_server(args.metrics_port)
-    memo = kopf.Memo(config=OperatorConfig(image=args.image, agent_command=tuple(args.agent_command.split())))
+    config = OperatorConfig(
+        image=args.image,
+        agent_command=tuple(args.agent_command.split()),
+        lease_seconds=args.shard_lease_seconds,
+    )
+    memo = kopf.Memo(config=config)
     registry = kopf.get_default_registry()  # filled by importing kcpshard.controller.handlers
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(

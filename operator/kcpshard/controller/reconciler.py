@@ -18,13 +18,14 @@ from typing import Any, cast
 
 import httpx
 import kopf
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from kcpshard import metrics
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, RollReport, SlotName
+from kcpshard.controller.shardlock import ShardLock, default_identity
 from kcpshard.controller.wakeups import Wakeups
-from kcpshard.k8s import builders
+from kcpshard.k8s import backup_job, builders
 from kcpshard.k8s.api import (
     DEPLOYMENTS,
     JOBS,
@@ -41,27 +42,25 @@ from kcpshard.kcp import flags as kcp_flags
 from kcpshard.kcp.client import KcpClient
 from kcpshard.kcp.errors import KcpError
 from kcpshard.kcp.kubeconfig import shard_admin
+from kcpshard.kcp.versions import Version, VersionError
 from kcpshard.roll import plan
 from kcpshard.roll.revision import revision_of
 
 # Without a wake-up, look again after this long: a safety net, not the driver.
 RESYNC_SECONDS = 10.0
 
-# The report timestamp written when a roll enters each step.
-_ENTER_STAMP = {
-    plan.Step.WAITING_READY: "slotCreated",
-    plan.Step.FLIPPING: "ready",
-    plan.Step.STOPPING_OLD: "flipped",
-    plan.Step.HANDING_OVER_LEASE: "oldExited",
-    plan.Step.DRAINING: "probed",
-    plan.Step.RETIRING: "drained",
-}
+PROBE_PREFIX = "kcpshard-probe-"
+
+# The kcp release that reads identities from the cache server and leaves `identitycache` behind.
+IDENTITY_CACHE_RELEASE = Version.parse("v0.33.0")
 
 
 @dataclass(frozen=True)
 class OperatorConfig:
     image: str = builders.DEFAULT_IMAGE
     agent_command: tuple[str, ...] = ("kcpshard",)
+    identity: str = ""
+    lease_seconds: float = 15.0
 
 
 class RollFailure(Exception):
@@ -90,28 +89,49 @@ class ShardReconciler:
         self.config = config
         self.logger = logger
         self._body: dict[str, Any] = {}
+        self._lock: ShardLock | None = None
 
     # ----- the loop --------------------------------------------------------------------------
 
     async def run(self, stopped: asyncio.Event) -> None:
         """Until `stopped` is set (kopf stops the daemon: shard deleted or operator exiting)."""
-        while not stopped.is_set():
-            try:
-                timeout = await self.reconcile_once()
-            except NotFound as exc:
-                if await self._shard_gone():
-                    return
-                self.logger.warning(f"{exc}; looking again")
-                timeout = 1.0
-            except ApiError as exc:
-                self.logger.warning(f"API error, retrying: {exc}")
-                timeout = 2.0
-            except (KcpError, httpx.HTTPError, OSError) as exc:
-                # kcp or the front is briefly unreachable: the step is idempotent, try it again.
-                self.logger.warning(f"{type(exc).__name__}: {exc}; retrying")
-                timeout = 2.0
-            if timeout is not None:
-                await self._sleep(stopped, timeout)
+        renewer: asyncio.Task[None] | None = None
+        try:
+            while not stopped.is_set():
+                try:
+                    if not await self._acquire():
+                        await self._sleep(stopped, max(self.config.lease_seconds / 3, 0.5))
+                        continue
+                    if renewer is None and self._lock is not None:
+                        renewer = asyncio.create_task(self._lock.renew_forever())
+                    timeout = await self.reconcile_once()
+                except NotFound as exc:
+                    if await self._shard_gone():
+                        return
+                    self.logger.warning(f"{exc}; looking again")
+                    timeout = 1.0
+                except ApiError as exc:
+                    self.logger.warning(f"API error, retrying: {exc}")
+                    timeout = 2.0
+                except (KcpError, httpx.HTTPError, OSError) as exc:
+                    # kcp or the front is briefly unreachable: the step is idempotent, try it again.
+                    self.logger.warning(f"{type(exc).__name__}: {exc}; retrying")
+                    timeout = 2.0
+                if timeout is not None:
+                    await self._sleep(stopped, timeout)
+        finally:
+            if renewer is not None:
+                renewer.cancel()
+            if self._lock is not None:
+                await self._lock.release()
+
+    async def _acquire(self) -> bool:
+        """Hold the shard's own Lease: with two operator replicas, only the holder acts."""
+        if self._lock is None:
+            body = await self.api.get(KCPSHARDS, self.namespace, self.name)
+            identity = self.config.identity or default_identity()
+            self._lock = ShardLock(self.api, body, identity, self.config.lease_seconds, self.logger)
+        return await self._lock.try_acquire()
 
     async def _sleep(self, stopped: asyncio.Event, timeout: float) -> None:
         """Until a wake-up, the timeout, or the stop: whichever comes first."""
@@ -143,14 +163,26 @@ class ShardReconciler:
         try:
             return await self.execute(action, observed)
         except RollFailure as failure:
-            await self._stall(failure.reason, failure.message, observed)
-            return RESYNC_SECONDS
+            await self.execute(self._failure_action(failure, observed), observed)
+            return None
+
+    @staticmethod
+    def _failure_action(failure: RollFailure, obs: plan.Observed) -> plan.Action:
+        rollout = obs.status.rollout
+        if rollout is None:
+            return plan.Stall(failure.reason, failure.message)
+        if plan.Step(rollout.step) in plan.POST_FLIP:
+            return plan.Fail(failure.reason, failure.message)
+        return plan.pre_flip_failure(rollout, failure.reason, failure.message)
 
     # ----- observing ---------------------------------------------------------------------------
 
     async def observe(self) -> plan.Observed | None:
         self._body = await self.api.get(KCPSHARDS, self.namespace, self.name)
-        generation = int(self._body["metadata"].get("generation", 1))
+        meta = self._body["metadata"]
+        if meta.get("deletionTimestamp"):
+            return None  # the finalizer's handler tears the shard down; start nothing new
+        generation = int(meta.get("generation", 1))
         status = KcpShardStatus.model_validate(self._body.get("status") or {})
         if not status.conditions:
             await self._first_sight(generation)
@@ -160,6 +192,11 @@ class ShardReconciler:
             await self._stall("InvalidSpec", _validation_message(exc), None, generation=generation)
             return None
         slots = await self._observe_slots()
+        invalid = [*kcp_flags.validate(spec), *await self._front_conflicts(spec)]
+        rollout = status.rollout
+        backup = None
+        if rollout is not None and rollout.step == plan.Step.BACKING_UP.value:
+            backup = await self._observe_backup(rollout)
         return plan.Observed(
             spec=spec,
             generation=generation,
@@ -167,8 +204,37 @@ class ShardReconciler:
             revision=revision_of(spec),
             now=datetime.datetime.now(datetime.UTC),
             slots=slots,
-            invalid=tuple(kcp_flags.validate(spec)),
+            invalid=tuple(invalid),
+            retry_token=(meta.get("annotations") or {}).get(plan.RETRY_ANNOTATION),
+            backup=backup,
+            name=self.name,
         )
+
+    async def _front_conflicts(self, spec: KcpShardSpec) -> list[str]:
+        """Another KcpShard already fronts the same node and port: the younger one stalls."""
+        try:
+            shards = await self.api.list(KCPSHARDS, None)
+        except ApiError:  # no cluster-wide list (a namespaced operator): look in our namespace
+            shards = await self.api.list(KCPSHARDS, self.namespace)
+        mine = self._body["metadata"]
+        my_key = (mine.get("creationTimestamp") or "", self.namespace, self.name)
+        out = []
+        for other in shards.get("items", []):
+            meta, other_spec = other["metadata"], other.get("spec") or {}
+            if meta.get("uid") == mine.get("uid") or meta.get("deletionTimestamp"):
+                continue
+            front = other_spec.get("front") or {}
+            if other_spec.get("node") != spec.node or front.get("port") != spec.front.port:
+                continue
+            addresses = {front.get("address", "127.0.0.1"), spec.front.address}
+            if len(addresses) > 1 and not addresses & {"0.0.0.0", "::"}:
+                continue
+            if (meta.get("creationTimestamp") or "", meta["namespace"], meta["name"]) < my_key:
+                out.append(
+                    f"front port {spec.front.port} on node {spec.node} is already used by KcpShard "
+                    f"{meta['namespace']}/{meta['name']}: choose another spec.front.port"
+                )
+        return out
 
     async def _observe_slots(self) -> dict[SlotName, plan.SlotView]:
         selector = f"{builders.LABEL_SHARD}={self.name}"
@@ -197,6 +263,7 @@ class ShardReconciler:
                 name=slot,
                 revision=spec["revision"],
                 start=int(spec.get("start", 0)),
+                roll_id=spec.get("roll"),
                 conditions=tuple(status.get("conditions") or ()),
                 port=status.get("port"),
                 exited_at=status.get("exitedAt"),
@@ -208,6 +275,20 @@ class ShardReconciler:
                 live_pods=live_pods.get(f"{slot.value}/{spec['revision']}", 0),
             )
         return views
+
+    async def _observe_backup(self, rollout: RolloutStatus) -> plan.BackupView | None:
+        name = _backup_job_name(self.name, rollout)
+        try:
+            job = await self.api.get(JOBS, self.namespace, name)
+        except NotFound:
+            return None
+        result = backup_job.backup_result(job)
+        if isinstance(result, str):
+            return plan.BackupView(name, error=result)
+        if result is None and _job_view(job).failed:
+            why = _job_view(job).message or "its pod failed"
+            return plan.BackupView(name, error=f"{why}; see kubectl logs job/{name}")
+        return plan.BackupView(name, report=result)
 
     # ----- acting ------------------------------------------------------------------------------
 
@@ -223,20 +304,25 @@ class ShardReconciler:
             plan.Stall: self._stall_action,
             plan.StartRoll: self._start_roll,
             plan.Advance: self._advance,
+            plan.StartBackup: self._start_backup,
             plan.CreateSlot: self._create_slot,
             plan.DeleteSlot: self._delete_slot,
             plan.Flip: self._flip,
             plan.StopSlot: self._stop_slot,
+            plan.KillSlot: self._kill_slot,
             plan.HandOverLease: self._hand_over_lease,
             plan.Probe: self._probe,
             plan.RequestDrain: self._request_drain,
             plan.Finish: self._finish,
             plan.Abort: self._abort,
+            plan.Restore: self._restore,
+            plan.Fail: self._fail,
             plan.Wait: self._wait,
         }
 
     async def _steady(self, action: plan.Steady, obs: plan.Observed) -> float | None:
         status = obs.status
+        await self._publish_admin_kubeconfig(obs)
         message = (
             f"slot {status.active_slot} serves revision {status.active_revision} (kcp {obs.spec.kcp.version})"
         )
@@ -262,12 +348,28 @@ class ShardReconciler:
     async def _start_roll(self, action: plan.StartRoll, obs: plan.Observed) -> float | None:
         rollout = action.rollout
         if rollout.from_slot:
+            # The lease holder before anything changes is, for sure, not the new slot: the handover waits
+            # for a holder other than this one.
+            holder = await self._current_holder(obs.spec)
+            if holder:
+                rollout = rollout.model_copy(update={"from_holder": holder})
+        if action.recovery:
+            what = (
+                f"slot {rollout.from_slot} (revision {rollout.from_revision}) stopped while serving; "
+                f"starting its revision again on slot {rollout.to_slot}"
+            )
+        elif rollout.from_slot and rollout.shape == "Single":
+            what = (
+                f"rolling slot {rollout.from_slot} ({rollout.from_revision}) in place, Single shape: "
+                "the old process stops first (planned outage)"
+            )
+        elif rollout.from_slot:
             what = (
                 f"rolling from slot {rollout.from_slot} ({rollout.from_revision}) to slot {rollout.to_slot}"
             )
         else:
             what = f"starting the first slot {rollout.to_slot}"
-        message = f"{what} (revision {rollout.target_revision}, kcp {obs.spec.kcp.version})"
+        message = f"{what} (revision {rollout.target_revision})"
 
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
             if status.get("rollout"):
@@ -277,15 +379,14 @@ class ShardReconciler:
 
         await self._mutate(change)
         metrics.roll_started(self.namespace, self.name)
-        self._event("RollStarted", message)
+        self._event("SlotLost" if action.recovery else "RollStarted", message, warning=action.recovery)
         return None
 
     async def _advance(self, action: plan.Advance, obs: plan.Observed) -> float | None:
         rollout = _require_rollout(obs)
         at = cond.now_precise()
-        stamp = _ENTER_STAMP.get(action.step)
-        if action.step is plan.Step.PROBING:
-            stamp = "leaseHandedOver" if rollout.from_slot else "flipped"
+        left = plan.Step(rollout.step)
+        stamp = plan.LEAVE_STAMP.get(left)
 
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
             current = status.get("rollout")
@@ -293,23 +394,64 @@ class ShardReconciler:
                 return None  # already advanced
             current["step"] = action.step.value
             current["stepStartedAt"] = at
+            stamps = current.setdefault("timestamps", {})
             if stamp:
-                current.setdefault("timestamps", {})[stamp] = at
+                stamps[stamp] = at
+            if action.step is plan.Step.STARTING:
+                stamps.setdefault("slotStarting", at)
+            if action.backup is not None:
+                current["backup"] = _dump(action.backup)
+            if left is plan.Step.FLIPPING and not rollout.restoring and rollout.target_spec:
+                status["activeSpec"] = rollout.target_spec
             text = f"{action.message}; next: {action.step.value}"
             return _with_conditions(status, obs.generation, _progressing(text))
 
-        await self._mutate(change)
-        self._event(action.step.value, action.message)
-        if rollout.step == plan.Step.FLIPPING.value:
+        if left is plan.Step.FLIPPING:
+            # The slots' conditions first: an operator stopped between the two writes redoes both.
             await self._set_slot_condition(rollout.to_slot, "Flipped", "True", "FrontServes", action.message)
-            if rollout.from_slot:
+            if rollout.from_slot and rollout.from_slot != rollout.to_slot:
                 moved = f"the front serves slot {rollout.to_slot}"
                 await self._set_slot_condition(rollout.from_slot, "Flipped", "False", "FrontMovedOn", moved)
+        await self._mutate(change)
+        self._event(action.step.value, action.message)
+        if left is plan.Step.FLIPPING:
+            await self._publish_admin_kubeconfig(obs)
         return None
 
+    async def _start_backup(self, action: plan.StartBackup, obs: plan.Observed) -> float | None:
+        rollout = _require_rollout(obs)
+        try:
+            job = backup_job.backup_job(
+                self._body,
+                obs.spec,
+                revision=rollout.target_revision,
+                attempt=0,
+                image=self.config.image,
+                agent_command=self.config.agent_command,
+                name=_backup_job_name(self.name, rollout),
+            )
+        except ValueError as exc:
+            raise RollFailure("BackupFailed", str(exc)) from exc
+        try:
+            await self.api.create(JOBS, self.namespace, job)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+        self._event("BackingUp", f"saving the store before the roll (Job {job['metadata']['name']})")
+        return None
+
+    def _slot_spec(self, obs: plan.Observed, rollout: RolloutStatus) -> KcpShardSpec:
+        """What the new slot runs: the spec recorded when the roll started (or the old one, restoring)."""
+        raw = obs.status.active_spec if rollout.restoring else rollout.target_spec
+        if not raw:
+            return obs.spec
+        return KcpShardSpec.model_validate(raw)
+
     async def _create_slot(self, action: plan.CreateSlot, obs: plan.Observed) -> float | None:
+        rollout = _require_rollout(obs)
+        spec = self._slot_spec(obs, rollout)
         start = max(action.start, await self._next_start(action.slot, action.revision))
-        body = builders.kcpslot(self._body, action.slot, action.revision, start)
+        body = builders.kcpslot(self._body, action.slot, action.revision, start, roll_id=rollout.id)
         name = body["metadata"]["name"]
         try:
             slot_obj = await self.api.create(KCPSLOTS, self.namespace, body)
@@ -318,7 +460,7 @@ class ShardReconciler:
                 raise
             slot_obj = await self.api.get(KCPSLOTS, self.namespace, name)
         job = builders.slot_job(
-            self._body, obs.spec, slot_obj, image=self.config.image, agent_command=self.config.agent_command
+            self._body, spec, slot_obj, image=self.config.image, agent_command=self.config.agent_command
         )
         try:
             await self.api.create(JOBS, self.namespace, job)
@@ -332,17 +474,19 @@ class ShardReconciler:
         """A start counter no Job of this slot and revision has used: a Job of an earlier slot
         object may still be terminating (garbage collection is not instant), and the new slot
         must never meet it under the same name."""
-        selector = ",".join(
-            f"{key}={value}"
-            for key, value in (
-                (builders.LABEL_SHARD, self.name),
-                (builders.LABEL_SLOT, slot.value),
-                (builders.LABEL_REVISION, revision),
-            )
-        )
-        jobs = await self.api.list(JOBS, self.namespace, label_selector=selector)
+        jobs = await self.api.list(JOBS, self.namespace, label_selector=self._slot_selector(slot, revision))
         starts = [int(j["metadata"].get("labels", {}).get(builders.LABEL_START, 0)) for j in jobs["items"]]
         return max(starts) + 1 if starts else 0
+
+    def _slot_selector(self, slot: SlotName, revision: str | None = None) -> str:
+        pairs = [
+            (builders.LABEL_SHARD, self.name),
+            (builders.LABEL_COMPONENT, "slot"),
+            (builders.LABEL_SLOT, slot.value),
+        ]
+        if revision is not None:
+            pairs.append((builders.LABEL_REVISION, revision))
+        return ",".join(f"{key}={value}" for key, value in pairs)
 
     async def _delete_slot(self, action: plan.DeleteSlot, obs: plan.Observed) -> float | None:
         slot = obs.slots.get(action.slot)
@@ -356,12 +500,13 @@ class ShardReconciler:
 
     async def _flip(self, action: plan.Flip, obs: plan.Observed) -> float | None:
         rollout = _require_rollout(obs)
+        revision = plan.expected_revision(rollout)
 
         # The new active record and the front's desired backend go in one write:
         # the record never lags behind what the front is asked to serve.
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
             status["activeSlot"] = action.slot.value
-            status["activeRevision"] = rollout.target_revision
+            status["activeRevision"] = revision
             front = status.setdefault("front", {})
             front["desiredBackend"] = action.slot.value
             front["desiredPort"] = action.port
@@ -373,25 +518,30 @@ class ShardReconciler:
         return None
 
     async def _stop_slot(self, action: plan.StopSlot, obs: plan.Observed) -> float | None:
-        rollout = _require_rollout(obs)
-        if rollout.from_holder is None:
-            holder = await self._current_holder(obs.spec)
-            if holder:
-
-                def change(status: dict[str, Any]) -> dict[str, Any] | None:
-                    current = status.get("rollout") or {}
-                    if current.get("fromHolder"):
-                        return None
-                    current["fromHolder"] = holder
-                    return status
-
-                await self._mutate(change)
+        # The lease holder was recorded when the roll started, before any new slot ran. Reading it
+        # here instead could record the new slot (it may have taken a free lease) as the stale one.
         slot = obs.slots[action.slot]
         if slot.job is not None:
             with contextlib.suppress(NotFound):
                 await self.api.delete(JOBS, self.namespace, slot.job.name, propagation_policy="Background")
         self._event("StoppingOld", f"stopping slot {action.slot.value} (SIGTERM, then kcp's shutdown delay)")
         return None
+
+    async def _kill_slot(self, action: plan.KillSlot, obs: plan.Observed) -> float | None:
+        slot = obs.slots[action.slot]
+        pods = await self.api.list(
+            PODS, self.namespace, label_selector=self._slot_selector(action.slot, slot.revision)
+        )
+        for pod in pods.get("items", []):
+            with contextlib.suppress(NotFound):
+                await self.api.delete(PODS, self.namespace, pod["metadata"]["name"], grace_period_seconds=0)
+        self._event(
+            "SlotKilled",
+            f"slot {action.slot.value} did not exit within {obs.spec.roll.stop_timeout_seconds}s of SIGTERM; "
+            "deleted its pod at once (SIGKILL)",
+            warning=True,
+        )
+        return RESYNC_SECONDS
 
     async def _hand_over_lease(self, action: plan.HandOverLease, obs: plan.Observed) -> float | None:
         rollout = _require_rollout(obs)
@@ -408,7 +558,11 @@ class ShardReconciler:
                 try:
                     new_holder = await kcp.wait_for_holder(stale, timeout=timeout)
                 except KcpError as exc:
-                    raise RollFailure("LeaseTimeout", f"no new leader within {timeout:.0f}s: {exc}") from exc
+                    raise RollFailure(
+                        "LeaseTimeout",
+                        f"no new holder of kcp's controller lease within {timeout:.0f}s ({exc}); kcp's "
+                        f"controllers are not running: see kubectl logs job/{_job_of(obs, rollout.to_slot)}",
+                    ) from exc
         message = f"controller lease held by {new_holder}"
         await self._set_slot_condition(
             rollout.to_slot, "LeaseHandedOver", "True", "NewHolder", message, holder=new_holder
@@ -418,15 +572,44 @@ class ShardReconciler:
     async def _probe(self, action: plan.Probe, obs: plan.Observed) -> float | None:
         rollout = _require_rollout(obs)
         timeout = max((action.deadline - obs.now).total_seconds(), 0.1)
-        prefix = f"kcpshard-probe-{rollout.target_revision[:8]}"
+        prefix = f"{PROBE_PREFIX}{rollout.target_revision[:8]}"
         async with await self._kcp(obs.spec) as kcp:
+            # An operator stopped during an earlier probe left its workspace behind: remove it first.
+            for leftover in await kcp.delete_workspaces(PROBE_PREFIX):
+                self.logger.info(f"deleted the leftover probe workspace {leftover}")
             try:
                 result = await kcp.probe(prefix, timeout=timeout)
             except KcpError as exc:
-                raise RollFailure("ProbeFailed", f"probe workspace did not become Ready: {exc}") from exc
+                raise RollFailure(
+                    "ProbeFailed",
+                    f"the probe workspace did not become Ready within {timeout:.0f}s ({exc}); the shard "
+                    "serves, but its controllers do not work: see kcp's logs",
+                ) from exc
+            await self._clean_identity_cache(kcp, obs, rollout)
         message = f"workspace {result.name} became Ready in {result.ready_seconds:.2f}s and was deleted"
         await self._set_slot_condition(rollout.to_slot, "Probed", "True", "WorkspaceReady", message)
-        return await self._advance(plan.Advance(plan.Step.DRAINING, message), obs)
+        nxt = plan.Step.DRAINING if rollout.from_slot else plan.Step.RETIRING
+        return await self._advance(plan.Advance(nxt, message), obs)
+
+    async def _clean_identity_cache(self, kcp: KcpClient, obs: plan.Observed, rollout: RolloutStatus) -> None:
+        """After a non-root shard crossed into v0.33, drop the `identitycache` ConfigMap it no longer uses."""
+        spec = self._slot_spec(obs, rollout)
+        if spec.shard.root or rollout.restoring or not rollout.from_version:
+            return
+        try:
+            crossed = (
+                Version.parse(rollout.from_version)
+                < IDENTITY_CACHE_RELEASE
+                <= Version.parse(spec.kcp.version)
+            )
+        except VersionError:
+            return
+        if crossed and await kcp.delete_configmap("system:shard", "default", "identitycache"):
+            self._event(
+                "IdentityCacheDeleted",
+                f"deleted the stale identitycache ConfigMap of system:shard (kcp {rollout.from_version} -> "
+                f"{spec.kcp.version} reads identities from the cache server)",
+            )
 
     async def _request_drain(self, action: plan.RequestDrain, obs: plan.Observed) -> float | None:
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -437,23 +620,55 @@ class ShardReconciler:
         self._event("Drain", f"asked the front to close what is left on slot {action.slot.value}")
         return None
 
+    def _report(self, rollout: RolloutStatus, result: str, message: str, **extra: Any) -> RollReport:
+        return RollReport(
+            result=result,
+            fromSlot=rollout.from_slot,
+            toSlot=rollout.to_slot,
+            fromRevision=rollout.from_revision,
+            toRevision=rollout.target_revision,
+            shape=rollout.shape,
+            backup=rollout.backup,
+            retryToken=rollout.retry_token,
+            recovery=rollout.recovery,
+            message=message,
+            **extra,
+        )
+
     async def _finish(self, action: plan.Finish, obs: plan.Observed) -> float | None:
         rollout = _require_rollout(obs)
         at = cond.now_precise()
         timestamps = {**rollout.timestamps, "finished": at}
         to_slot = obs.slots.get(SlotName(rollout.to_slot))
         spans = plan.durations(timestamps)
-        report = RollReport(
-            result="Succeeded",
-            fromSlot=rollout.from_slot,
-            toSlot=rollout.to_slot,
-            fromRevision=rollout.from_revision,
-            toRevision=rollout.target_revision,
-            shape=rollout.shape,
-            timestamps=timestamps,
-            durations=spans | _slot_durations(to_slot, spans),
-            message=action.message,
-        )
+        durations = spans | _slot_durations(to_slot, spans)
+        if rollout.backup is not None:
+            durations["backupJob"] = round(rollout.backup.seconds, 3)
+        ready: tuple[cond.Status, str, str]
+        reconciling: tuple[cond.Status, str, str]
+        stalled: tuple[cond.Status, str, str]
+        if rollout.restoring:
+            why = rollout.failure_message or "the new revision failed"
+            message = f"{why}; {action.message}"
+            report = self._report(
+                rollout,
+                "RolledBack",
+                message,
+                reason=rollout.failure_reason,
+                timestamps=timestamps,
+                durations=durations,
+            )
+            shown = plan.stall_message(report, rollout.to_slot, rollout.from_revision, self.name)
+            ready = ("False", rollout.failure_reason or "RollFailed", shown)
+            stalled = ("True", rollout.failure_reason or "RollFailed", shown)
+            reconciling = ("False", "RolledBack", "")
+        else:
+            report = self._report(
+                rollout, "Succeeded", action.message, timestamps=timestamps, durations=durations
+            )
+            ready = ("True", "Serving", action.message)
+            stalled = ("False", "Healthy", "")
+            reconciling = ("False", "RollSucceeded", "")
 
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
             if not status.get("rollout"):
@@ -464,24 +679,51 @@ class ShardReconciler:
             if status.get("front"):
                 status["front"].pop("drain", None)
             return _with_conditions(
-                status,
-                obs.generation,
-                ready=("True", "Serving", action.message),
-                reconciling=("False", "RollSucceeded", ""),
-                stalled=("False", "Healthy", ""),
+                status, obs.generation, ready=ready, reconciling=reconciling, stalled=stalled
             )
 
         await self._mutate(change)
         metrics.roll_finished(self.namespace, self.name, report.result, report.durations)
-        metrics.stalled(self.namespace, self.name, False)
+        metrics.stalled(self.namespace, self.name, rollout.restoring)
         total = report.durations.get("total")
-        self._event("RollSucceeded", f"{action.message} in {total}s" if total is not None else action.message)
+        outage = report.durations.get("outage")
+        text = f"{report.message} in {total}s" if total is not None else report.message
+        if outage is not None:
+            text += f" (planned outage {outage}s)"
+        self._event(
+            "RollSucceeded" if not rollout.restoring else "RolledBack", text, warning=rollout.restoring
+        )
         return None
 
     async def _abort(self, action: plan.Abort, obs: plan.Observed) -> float | None:
         rollout = _require_rollout(obs)
         to = SlotName(rollout.to_slot)
-        if to in obs.slots:
+        old = obs.slots.get(SlotName(rollout.from_slot)) if rollout.from_slot else None
+
+        def put_back(status: dict[str, Any]) -> None:
+            if status.get("activeSlot") != rollout.to_slot or rollout.from_slot == rollout.to_slot:
+                return
+            # The flip was asked for but not confirmed: put the previous record and backend back.
+            front = status.setdefault("front", {})
+            if rollout.from_slot and old is not None and old.port:
+                status["activeSlot"], status["activeRevision"] = rollout.from_slot, rollout.from_revision
+                front["desiredBackend"], front["desiredPort"] = rollout.from_slot, old.port
+            else:
+                for key in ("activeSlot", "activeRevision"):
+                    status.pop(key, None)
+                for key in ("desiredBackend", "desiredPort"):
+                    front.pop(key, None)
+
+        await self._end_roll(
+            obs,
+            "Aborted",
+            action.reason,
+            action.message,
+            "RollAborted",
+            (rollout.from_slot, rollout.from_revision),
+            put_back,
+        )
+        if to in obs.slots and rollout.from_slot != rollout.to_slot:
             with contextlib.suppress(NotFound):
                 await self.api.delete(
                     KCPSLOTS,
@@ -489,42 +731,116 @@ class ShardReconciler:
                     builders.slot_object_name(self.name, to),
                     propagation_policy="Background",
                 )
-        report = RollReport(
-            result="Aborted",
-            fromSlot=rollout.from_slot,
-            toSlot=rollout.to_slot,
-            fromRevision=rollout.from_revision,
-            toRevision=rollout.target_revision,
-            shape=rollout.shape,
-            timestamps={**rollout.timestamps, "aborted": cond.now_precise()},
-            message=action.message,
-        )
-        serving = (
-            f"slot {rollout.from_slot} keeps serving revision {rollout.from_revision}; "
-            if rollout.from_slot
-            else ""
-        )
-        message = f"{serving}roll aborted: {action.message}"
+        return None
+
+    async def _restore(self, action: plan.Restore, obs: plan.Observed) -> float | None:
+        """Single shape: the old slot is already stopped; start its revision again in the same place."""
+        rollout = _require_rollout(obs)
+        holder = await self._current_holder(obs.spec)  # the failed process's, if it led: not the restored one
+        at = cond.now_precise()
+        message = f"{action.message}; starting the old revision {rollout.from_revision} again"
 
         def change(status: dict[str, Any]) -> dict[str, Any] | None:
+            current = status.get("rollout")
+            if not current or current.get("restoring"):
+                return None
+            current.update(
+                restoring=True,
+                failureReason=action.reason,
+                failureMessage=action.message,
+                step=plan.Step.STARTING.value,
+                stepStartedAt=at,
+            )
+            if holder:
+                current["fromHolder"] = holder
+            current.setdefault("timestamps", {})["restoreStarted"] = at
+            return _with_conditions(status, obs.generation, _progressing(message))
+
+        await self._mutate(change)
+        self._event(action.reason, message, warning=True)
+        return None
+
+    async def _fail(self, action: plan.Fail, obs: plan.Observed) -> float | None:
+        """After the flip (or a failed restore): end the roll, say why, and never flip back."""
+        serving = (obs.status.active_slot, obs.status.active_revision)
+        await self._end_roll(obs, "Failed", action.reason, action.message, "RollFailed", serving)
+        return None
+
+    async def _end_roll(
+        self,
+        obs: plan.Observed,
+        result: str,
+        reason: str,
+        why: str,
+        reconciling: str,
+        serving: tuple[str | None, str | None],
+        also: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        """A roll that did not succeed: its report, Stalled with what serves and what to do, an Event."""
+        rollout = _require_rollout(obs)
+        stamps = {**rollout.timestamps, result.lower(): cond.now_precise()}
+        report = self._report(rollout, result, why, reason=reason, timestamps=stamps)
+        message = plan.stall_message(report, *serving, self.name)
+
+        def change(status: dict[str, Any]) -> dict[str, Any] | None:
+            if not status.get("rollout"):
+                return None
+            if also is not None:
+                also(status)
             status.pop("rollout", None)
             status["lastRoll"] = _dump(report)
             status["observedGeneration"] = rollout.target_generation or obs.generation
             return _with_conditions(
                 status,
                 obs.generation,
-                ready=("False", action.reason, message),
-                reconciling=("False", "RollAborted", ""),
-                stalled=("True", action.reason, message),
+                ready=("False", reason, message),
+                reconciling=("False", reconciling, ""),
+                stalled=("True", reason, message),
             )
 
         await self._mutate(change)
         metrics.roll_finished(self.namespace, self.name, report.result, {})
         metrics.stalled(self.namespace, self.name, True)
-        self._event(action.reason, message, warning=True)
-        return None
+        self._event(reason, message, warning=True)
 
     # ----- helpers -----------------------------------------------------------------------------
+
+    async def _publish_admin_kubeconfig(self, obs: plan.Observed) -> None:
+        """Copy the serving slot's kcp-admin kubeconfig (new token on every kcp start) for consumers."""
+        active = obs.status.active_slot
+        if not active:
+            return
+        source = f"{builders.slot_object_name(self.name, SlotName(active))}-kcp-admin"
+        try:
+            slot_secret = await self.api.get(SECRETS, self.namespace, source)
+        except NotFound:
+            return  # its host agent publishes it once the slot is ready; a later round copies it
+        data = (slot_secret.get("data") or {}).get("kubeconfig")
+        if not data:
+            return
+        wanted = builders.admin_kubeconfig_secret(self._body, data)
+        name = wanted["metadata"]["name"]
+        try:
+            current = await self.api.get(SECRETS, self.namespace, name)
+        except NotFound:
+            await self.api.create(SECRETS, self.namespace, wanted)
+        else:
+            if (current.get("data") or {}).get("kubeconfig") == data:
+                if obs.status.admin_kubeconfig_secret == name:
+                    return
+            else:
+                wanted["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                await self.api.replace(SECRETS, self.namespace, name, wanted)
+        if obs.status.admin_kubeconfig_secret != name:
+
+            def change(status: dict[str, Any]) -> dict[str, Any] | None:
+                status["adminKubeconfigSecret"] = name
+                return status
+
+            await self._mutate(change)
+        self._event(
+            "AdminKubeconfigPublished", f"Secret {name} holds the kcp-admin kubeconfig of slot {active}"
+        )
 
     async def _stall(
         self, reason: str, message: str, obs: plan.Observed | None, *, generation: int | None = None
@@ -661,7 +977,7 @@ class ShardReconciler:
 # ----- pure helpers ------------------------------------------------------------------------------
 
 
-def _dump(model: RolloutStatus | RollReport) -> dict[str, Any]:
+def _dump(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
@@ -703,13 +1019,27 @@ def _with_conditions(
 
 def _job_view(job: dict[str, Any]) -> plan.JobView:
     status = job.get("status") or {}
+    failed = cond.find(status.get("conditions"), "Failed")
+    message = ""
+    if failed is not None and failed.get("status") == "True":
+        message = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
     return plan.JobView(
         name=job["metadata"]["name"],
         active=int(status.get("active") or 0),
         succeeded=int(status.get("succeeded") or 0),
         failed=int(status.get("failed") or 0),
         deleting=bool(job["metadata"].get("deletionTimestamp")),
+        message=message,
     )
+
+
+def _backup_job_name(shard: str, rollout: RolloutStatus) -> str:
+    return f"{shard}-backup-{rollout.id or rollout.target_revision}"
+
+
+def _job_of(obs: plan.Observed, slot: str) -> str:
+    view = obs.slots.get(SlotName(slot))
+    return view.job.name if view is not None and view.job is not None else f"<{slot} slot's Job>"
 
 
 def _slot_durations(slot: plan.SlotView | None, spans: dict[str, float]) -> dict[str, float]:

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, SlotName
-from kcpshard.kcp.flags import SlotPaths, kcp_start_args
+from kcpshard.kcp.flags import SlotPaths, front_url, kcp_start_args
 
 MANAGED_BY = "kcpshard-operator"
 LABEL_SHARD = "kcpshard.dev/shard"
@@ -76,8 +76,17 @@ def stop_timeout_seconds(spec: KcpShardSpec) -> int:
     return spec.shutdown_delay_seconds + STOP_MARGIN_SECONDS
 
 
-def kcpslot(shard_obj: dict[str, Any], slot: SlotName, revision: str, start: int) -> dict[str, Any]:
+def admin_kubeconfig_secret_name(shard: str) -> str:
+    return f"{shard}-kcp-admin"
+
+
+def kcpslot(
+    shard_obj: dict[str, Any], slot: SlotName, revision: str, start: int, *, roll_id: str | None = None
+) -> dict[str, Any]:
     meta = shard_obj["metadata"]
+    spec: dict[str, Any] = {"shard": meta["name"], "slot": slot.value, "revision": revision, "start": start}
+    if roll_id:
+        spec["roll"] = roll_id
     return {
         "apiVersion": API_VERSION,
         "kind": "KcpSlot",
@@ -87,7 +96,7 @@ def kcpslot(shard_obj: dict[str, Any], slot: SlotName, revision: str, start: int
             "labels": labels(meta["name"], "slot", **{LABEL_SLOT: slot.value, LABEL_REVISION: revision}),
             "ownerReferences": [owner_reference(shard_obj)],
         },
-        "spec": {"shard": meta["name"], "slot": slot.value, "revision": revision, "start": start},
+        "spec": spec,
     }
 
 
@@ -144,6 +153,12 @@ def slot_job(
         name,
         "--stop-timeout",
         str(stop_timeout),
+        *_agent_store_args(spec),
+        *_agent_secret_args(spec),
+        "--admin-secret",
+        f"{slot_obj['metadata']['name']}-kcp-admin",
+        "--front-url",
+        front_url(spec),
         "--",
         spec.kcp.binary,
         "start",
@@ -189,6 +204,25 @@ def slot_job(
             },
         },
     }
+
+
+def _agent_store_args(spec: KcpShardSpec) -> list[str]:
+    """The host agent checks that the store answers before it starts kcp (kine: nothing to check)."""
+    if spec.store.etcd is None:
+        return []
+    return [arg for url in spec.store.etcd.endpoints for arg in ("--store-endpoint", url)]
+
+
+def _agent_secret_args(spec: KcpShardSpec) -> list[str]:
+    """Non-root shards: the host agent writes these Secrets where the kcp flags point (mode 0600)."""
+    out: list[str] = []
+    for flag, ref in (
+        ("--cache-kubeconfig-secret", spec.shard.cache_kubeconfig_secret_ref),
+        ("--root-shard-kubeconfig-secret", spec.shard.root_shard_kubeconfig_secret_ref),
+    ):
+        if ref is not None:
+            out += [flag, f"{ref.name}:{ref.key}" if ref.key else ref.name]
+    return out
 
 
 TEMPLATE_HASH = "kcpshard.dev/template-hash"
@@ -273,3 +307,20 @@ def shared_secret(shard_obj: dict[str, Any], spec: KcpShardSpec) -> dict[str, An
     if spec.deletion_policy is DeletionPolicy.DELETE:
         metadata["ownerReferences"] = [owner_reference(shard_obj, controller=False)]
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque", "metadata": metadata, "data": {}}
+
+
+def admin_kubeconfig_secret(shard_obj: dict[str, Any], kubeconfig_b64: str) -> dict[str, Any]:
+    """The kcp-admin kubeconfig of the serving slot, for consumers; it goes with the shard."""
+    meta = shard_obj["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": admin_kubeconfig_secret_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": labels(meta["name"], "kcp-admin"),
+            "ownerReferences": [owner_reference(shard_obj, controller=False)],
+        },
+        "data": {"kubeconfig": kubeconfig_b64},
+    }

@@ -210,6 +210,18 @@ class KcpClient:
         """Delete a workspace; absent is fine."""
         await self._json("DELETE", f"{WORKSPACES_PATH}/{_seg(name)}")
 
+    async def list_workspaces(self) -> list[str]:
+        """Names of the workspaces in root."""
+        data = await self._json("GET", WORKSPACES_PATH) or {}
+        return [str(item["metadata"]["name"]) for item in data.get("items") or []]
+
+    async def delete_workspaces(self, prefix: str) -> list[str]:
+        """Delete every workspace in root whose name starts with `prefix` (leftovers of a cut-short probe)."""
+        names = [name for name in await self.list_workspaces() if name.startswith(prefix)]
+        for name in names:
+            await self.delete_workspace(name)
+        return names
+
     async def wait_workspace_ready(self, name: str, timeout: float, poll: float = 0.2) -> dict[str, Any]:
         ws, _ = await self._wait_ready(name, timeout, poll)
         return ws

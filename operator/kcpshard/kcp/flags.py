@@ -327,6 +327,9 @@ def validate(spec: KcpShardSpec) -> list[str]:
         msgs.append("store needs one of etcd or kine")
     elif store.etcd is not None and store.kine is not None:
         msgs.append("store has both etcd and kine: choose one")
+    elif store.kine is not None:
+        # kcp supports etcd; the host agent does not run kine beside kcp yet (DESIGN §5: second choice).
+        msgs.append("store.kine is not supported yet by this operator's host agent: use store.etcd")
     shard = spec.shard
     if shard.root and shard.name != "root":
         msgs.append(f"a root shard must be named root (kcp treats shard {shard.name!r} as non-root)")

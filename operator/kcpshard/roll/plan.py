@@ -18,10 +18,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kcpshard.api import conditions as cond
-from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, SlotName
+from kcpshard.api.models import (
+    BackupReport,
+    KcpShardSpec,
+    KcpShardStatus,
+    RolloutStatus,
+    RollReport,
+    Shape,
+    SlotName,
+)
 
 
 class Step(enum.StrEnum):
+    BACKING_UP = "BackingUp"
     STARTING = "Starting"
     WAITING_READY = "WaitingReady"
     FLIPPING = "Flipping"
@@ -32,6 +41,12 @@ class Step(enum.StrEnum):
     RETIRING = "Retiring"
 
 
+# Steps after the front was confirmed on the new slot: a failure here never flips back.
+POST_FLIP = frozenset({Step.HANDING_OVER_LEASE, Step.PROBING, Step.DRAINING, Step.RETIRING})
+
+RETRY_ANNOTATION = "kcpshard.dev/retry"
+
+
 @dataclass(frozen=True)
 class JobView:
     name: str
@@ -39,6 +54,7 @@ class JobView:
     succeeded: int = 0
     failed: int = 0
     deleting: bool = False
+    message: str = ""  # the Failed condition's reason and message, when there is one
 
     @property
     def finished(self) -> bool:
@@ -50,6 +66,7 @@ class SlotView:
     name: SlotName
     revision: str
     start: int = 0
+    roll_id: str | None = None
     conditions: tuple[Mapping[str, Any], ...] = ()
     port: int | None = None
     exited_at: str | None = None
@@ -81,6 +98,15 @@ class SlotView:
 
 
 @dataclass(frozen=True)
+class BackupView:
+    """The backup Job of this roll: None fields while it runs."""
+
+    job: str
+    report: BackupReport | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     spec: KcpShardSpec
     generation: int
@@ -89,6 +115,9 @@ class Observed:
     now: datetime.datetime
     slots: Mapping[SlotName, SlotView] = field(default_factory=dict)
     invalid: tuple[str, ...] = ()
+    retry_token: str | None = None
+    backup: BackupView | None = None
+    name: str = "<name>"  # the shard's, for commands in messages
 
 
 # ----- actions -----------------------------------------------------------------------------------
@@ -113,12 +142,19 @@ class Stall(Action):
 @dataclass(frozen=True)
 class StartRoll(Action):
     rollout: RolloutStatus
+    recovery: bool = False
 
 
 @dataclass(frozen=True)
 class Advance(Action):
     step: Step
     message: str
+    backup: BackupReport | None = None
+
+
+@dataclass(frozen=True)
+class StartBackup(Action):
+    """Run the store snapshot Job of this roll."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +184,13 @@ class StopSlot(Action):
 
 
 @dataclass(frozen=True)
+class KillSlot(Action):
+    """The slot outlived its stop timeout: delete its pods at once (the kubelet sends SIGKILL)."""
+
+    slot: SlotName
+
+
+@dataclass(frozen=True)
 class HandOverLease(Action):
     deadline: datetime.datetime
 
@@ -169,7 +212,23 @@ class Finish(Action):
 
 @dataclass(frozen=True)
 class Abort(Action):
-    """Before the flip: stop the new slot, keep the old one serving, stall."""
+    """Before the flip: stop the new slot, keep (or put back) the old one serving, stall."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Restore(Action):
+    """Single shape: the new revision failed after the old slot stopped; start the old revision again."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Fail(Action):
+    """After the flip: end the roll as failed and stall; never flip back on a live store."""
 
     reason: str
     message: str
@@ -189,112 +248,282 @@ def _deadline(rollout: RolloutStatus, seconds: int) -> datetime.datetime:
     return cond.parse_time(started) + datetime.timedelta(seconds=seconds)
 
 
+def expected_revision(rollout: RolloutStatus) -> str:
+    """The revision the new slot must run: the target, or the old one while restoring it."""
+    if rollout.restoring and rollout.from_revision:
+        return rollout.from_revision
+    return rollout.target_revision
+
+
+_OUTCOME = {"Aborted": "was aborted", "Failed": "failed", "RolledBack": "was rolled back"}
+
+
+def _retry_hint(name: str) -> str:
+    return (
+        f"change the spec, or retry with: kubectl annotate kcpshard {name} "
+        f"{RETRY_ANNOTATION}=$(date +%s) --overwrite"
+    )
+
+
+def stall_message(last: RollReport, active_slot: str | None, active_revision: str | None, name: str) -> str:
+    """What a person reads when the last roll did not succeed: what serves, what failed, what to do."""
+    serving = (
+        f"slot {active_slot} serves revision {active_revision}; " if active_slot else "nothing serves yet; "
+    )
+    outcome = _OUTCOME.get(last.result, last.result)
+    return f"{serving}the roll to revision {last.to_revision} {outcome}: {last.message} ({_retry_hint(name)})"
+
+
 def _blocked_by_last_roll(obs: Observed) -> Stall | None:
-    """A roll that failed stays failed until the spec changes (a new revision)."""
+    """A roll that failed stays failed until the spec changes or the retry annotation does."""
     last = obs.status.last_roll
-    if last is not None and last.result != "Succeeded" and last.to_revision == obs.revision:
-        return Stall(
-            reason="RollFailed",
-            message=f"the roll to revision {obs.revision} failed: {last.message} "
-            "(change the spec to try again)",
-        )
+    if (
+        last is not None
+        and last.result != "Succeeded"
+        and last.to_revision == obs.revision
+        and last.retry_token == obs.retry_token
+    ):
+        message = stall_message(last, obs.status.active_slot, obs.status.active_revision, obs.name)
+        return Stall(reason=last.reason or "RollFailed", message=message)
     return None
+
+
+def _first_step(spec: KcpShardSpec, shape: Shape, has_old: bool) -> Step:
+    if spec.roll.backup:
+        return Step.BACKING_UP
+    return _after_backup(shape, has_old)
+
+
+def _after_backup(shape: Shape, has_old: bool) -> Step:
+    # Single shape: the old slot stops first (a planned outage), then the new one starts in its place.
+    return Step.STOPPING_OLD if shape is Shape.SINGLE and has_old else Step.STARTING
+
+
+def _rollout(
+    obs: Observed,
+    *,
+    step: Step,
+    to_slot: SlotName,
+    revision: str,
+    target_spec: dict[str, Any] | None,
+    shape: Shape,
+    recovery: bool = False,
+) -> RolloutStatus:
+    status = obs.status
+    now = cond.precise(obs.now)
+    return RolloutStatus(
+        step=step.value,
+        id=f"{revision[:6]}-{int(obs.now.timestamp() * 1000) % 10**9:09d}",
+        from_slot=status.active_slot,
+        to_slot=to_slot.value,
+        target_revision=revision,
+        from_revision=status.active_revision,
+        from_version=((status.active_spec or {}).get("kcp") or {}).get("version"),
+        target_generation=obs.generation,
+        shape=shape,
+        target_spec=target_spec,
+        retry_token=obs.retry_token,
+        recovery=recovery,
+        started_at=now,
+        step_started_at=now,
+        timestamps={"started": now, **({"slotStarting": now} if step is Step.STARTING else {})},
+    )
 
 
 def _start(obs: Observed) -> Action:
     status = obs.status
     active = SlotName(status.active_slot) if status.active_slot else None
-    if active is not None and status.active_revision == obs.revision:
-        return Steady()
+    if active is not None and status.active_revision:
+        view = obs.slots.get(active)
+        if view is None or view.gone:
+            last = obs.status.last_roll
+            if (
+                last is not None
+                and last.recovery
+                and last.result != "Succeeded"
+                and last.to_revision == status.active_revision
+                and last.retry_token == obs.retry_token
+            ):
+                # Starting it again failed too: say so, and do not loop.
+                message = stall_message(last, None, None, obs.name)
+                return Stall(reason="SlotLost", message=f"slot {active.value} is lost; {message}")
+            # The serving slot died (its host agent or kcp was killed, or someone deleted it): start its
+            # revision again on the other slot at once, whatever else is pending.
+            return StartRoll(
+                _rollout(
+                    obs,
+                    step=Step.STARTING,
+                    to_slot=active.other(),
+                    revision=status.active_revision,
+                    target_spec=status.active_spec,
+                    shape=Shape.BLUE_GREEN,
+                    recovery=True,
+                ),
+                recovery=True,
+            )
     if obs.invalid:
         return Stall(reason="InvalidSpec", message="; ".join(obs.invalid))
     blocked = _blocked_by_last_roll(obs)
     if blocked is not None:
         return blocked
-    to_slot = active.other() if active is not None else SlotName.A
-    now = cond.now_precise()
+    front = status.front
+    if front is not None and front.error:
+        # The front agent keeps retrying; the shard is not served until it succeeds.
+        return Stall(
+            reason="FrontFailed", message=f"the front on node {obs.spec.node} cannot serve: {front.error}"
+        )
+    if active is not None and status.active_revision == obs.revision:
+        return Steady()
+    if active is None and (front is None or front.observed_at is None):
+        return Wait(f"waiting for the front on node {obs.spec.node} to start")
+    shape = obs.spec.shape if active is not None else Shape.BLUE_GREEN
+    to_slot = (
+        active if shape is Shape.SINGLE and active is not None else (active.other() if active else SlotName.A)
+    )
     return StartRoll(
-        RolloutStatus(
-            step=Step.STARTING.value,
-            from_slot=active.value if active else None,
-            to_slot=to_slot.value,
-            target_revision=obs.revision,
-            from_revision=status.active_revision,
-            target_generation=obs.generation,
-            shape=obs.spec.shape,
-            started_at=now,
-            step_started_at=now,
-            timestamps={"started": now},
+        _rollout(
+            obs,
+            step=_first_step(obs.spec, shape, active is not None),
+            to_slot=to_slot,
+            revision=obs.revision,
+            target_spec=obs.spec.model_dump(mode="json", by_alias=True, exclude_none=True),
+            shape=shape,
         )
     )
 
 
+def pre_flip_failure(rollout: RolloutStatus, reason: str, message: str) -> Action:
+    if rollout.restoring:
+        return Fail(reason, f"the old revision {rollout.from_revision} did not come back either: {message}")
+    if rollout.shape is Shape.SINGLE and rollout.from_slot:
+        return Restore(reason, message)
+    return Abort(reason, message)
+
+
+def _backing_up(obs: Observed, rollout: RolloutStatus) -> Action:
+    backup = obs.backup
+    if backup is None:
+        return StartBackup()
+    if backup.error is not None:
+        return Abort("BackupFailed", f"the store backup (Job {backup.job}) failed: {backup.error}")
+    if backup.report is not None:
+        nxt = _after_backup(rollout.shape, rollout.from_slot is not None)
+        return Advance(
+            nxt, f"store saved to {backup.report.path} in {backup.report.seconds:.2f}s", backup.report
+        )
+    deadline = _deadline(rollout, obs.spec.roll.backup_timeout_seconds)
+    if obs.now >= deadline:
+        return Abort(
+            "BackupTimeout",
+            f"the store backup (Job {backup.job}) did not finish within "
+            f"{obs.spec.roll.backup_timeout_seconds}s; see its logs: kubectl logs job/{backup.job}",
+        )
+    return Wait("waiting for the store backup", until=deadline)
+
+
 def _starting(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
-    if to is not None and (to.revision != rollout.target_revision or to.exited_at or to.deleting):
-        # Never adopt a slot we did not start for this roll: a leftover of another
-        # revision, or one that already ran and stopped, goes first.
-        return DeleteSlot(to.name, why="left over from an earlier roll")
-    if to is None:
-        return CreateSlot(SlotName(rollout.to_slot), rollout.target_revision, start=0)
+    want = expected_revision(rollout)
+    if to is not None:
+        stale = None
+        if to.revision != want:
+            stale = f"it runs revision {to.revision}, not {want}"
+        elif to.roll_id != rollout.id:
+            stale = "it was not started by this roll"
+        elif to.exited_at or to.deleting or (to.job is not None and to.job.finished):
+            stale = "it already ran and stopped"
+        if stale is not None:
+            # Never adopt a slot this roll did not start: whatever runs there goes first.
+            return DeleteSlot(to.name, why=f"never adopted: {stale}")
+    if to is None or (to.job is None and to.live_pods == 0):
+        # No slot yet, or its Job was never created (an operator stopped between the two writes).
+        return CreateSlot(SlotName(rollout.to_slot), want, start=0)
     return Advance(Step.WAITING_READY, f"slot {to.name.value} created")
 
 
 def _waiting_ready(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
     if to is None:
-        return Abort("SlotLost", f"slot {rollout.to_slot} disappeared before it was ready")
+        return pre_flip_failure(
+            rollout, "SlotLost", f"slot {rollout.to_slot} disappeared before it was ready"
+        )
     seed_failure = to.failed("Seeded")
     if seed_failure is not None:
-        return Abort("SeedFailed", f"slot {to.name.value}: {seed_failure.get('message', '')}")
-    if to.exited_at is not None or (to.job is not None and to.job.failed):
+        reason = str(seed_failure.get("reason") or "SeedFailed")
+        if reason not in ("StoreUnreachable", "MissingSecret"):
+            reason = "SeedFailed"
+        return pre_flip_failure(rollout, reason, f"slot {to.name.value}: {seed_failure.get('message', '')}")
+    job_name = to.job.name if to.job else "?"
+    if to.exited_at is not None or (to.job is not None and to.job.finished) or to.gone:
         code = f" with code {to.exit_code}" if to.exit_code is not None else ""
-        return Abort(
-            "SlotExited", f"slot {to.name.value} exited{code} before it was ready; see its Job's logs"
+        why = f" ({to.job.message})" if to.job is not None and to.job.message else ""
+        return pre_flip_failure(
+            rollout,
+            "SlotExited",
+            f"slot {to.name.value} exited{code} before it was ready{why}; see kubectl logs job/{job_name}",
         )
-    deadline = _deadline(rollout, obs.spec.roll.ready_timeout_seconds)
     if to.true("Ready") and to.port:
         return Advance(Step.FLIPPING, f"slot {to.name.value} is ready on port {to.port}")
+    deadline = _deadline(rollout, obs.spec.roll.ready_timeout_seconds)
     if obs.now >= deadline:
-        return Abort(
+        if to.started_at is None and not to.conditions:
+            what = (
+                f"its host agent never reported: is the pod of Job {job_name} running on node "
+                f"{obs.spec.node}? (kubectl describe pods -l job-name={job_name})"
+            )
+        else:
+            what = (
+                f"Seeded={to.true('Seeded')}, Listening={to.true('Listening')}, Ready={to.true('Ready')}; "
+                f"see kubectl logs job/{job_name}"
+            )
+        return pre_flip_failure(
+            rollout,
             "ReadyTimeout",
-            f"slot {to.name.value} was not ready within {obs.spec.roll.ready_timeout_seconds}s "
-            f"(Seeded={to.true('Seeded')}, Listening={to.true('Listening')}); see its Job's logs",
+            f"slot {to.name.value} was not ready within {obs.spec.roll.ready_timeout_seconds}s ({what})",
         )
     return Wait("waiting for the new slot to be ready", until=deadline)
 
 
 def _flipping(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
     front = obs.status.front
-    if to is None or not to.port:
-        return Stall("SlotLost", f"slot {rollout.to_slot} disappeared during the flip")
+    if to is None or not to.port or to.gone:
+        return pre_flip_failure(rollout, "SlotLost", f"slot {rollout.to_slot} stopped during the flip")
     if front is not None and front.observed_backend == to.name.value and front.observed_port == to.port:
-        nxt = Step.STOPPING_OLD if rollout.from_slot else Step.PROBING
-        return Advance(nxt, f"the front serves slot {to.name.value}")
+        if rollout.shape is Shape.BLUE_GREEN and rollout.from_slot and not rollout.restoring:
+            nxt = Step.STOPPING_OLD
+        elif rollout.from_slot:
+            nxt = Step.HANDING_OVER_LEASE  # Single shape: the old slot stopped before this one started
+        else:
+            nxt = Step.PROBING  # the first slot takes the free lease itself
+        return Advance(nxt, f"the front serves slot {to.name.value} on port {to.port}")
     if front is None or front.desired_backend != to.name.value or front.desired_port != to.port:
         return Flip(to.name, to.port)
     deadline = _deadline(rollout, obs.spec.roll.flip_timeout_seconds)
     if obs.now >= deadline:
-        return Stall(
+        return pre_flip_failure(
+            rollout,
             "FlipTimeout",
-            f"the front did not confirm slot {to.name.value} within "
-            f"{obs.spec.roll.flip_timeout_seconds}s; check the front Deployment on node {obs.spec.node}",
+            f"the front did not confirm slot {to.name.value} within {obs.spec.roll.flip_timeout_seconds}s; "
+            f"check the front agent on node {obs.spec.node} (kubectl logs deployment/{obs.name}-front)",
         )
     return Wait("waiting for the front to confirm the flip", until=deadline)
 
 
 def _stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:
-    if old is None or old.gone:
-        return Advance(Step.HANDING_OVER_LEASE, f"slot {rollout.from_slot} has stopped")
+    single = rollout.shape is Shape.SINGLE
+    nxt = Step.STARTING if single else Step.HANDING_OVER_LEASE
+    if old is None or old.gone or (single and old.revision != rollout.from_revision):
+        return Advance(nxt, f"slot {rollout.from_slot} has stopped")
     if old.job is not None and not old.job.deleting:
         return StopSlot(old.name)
-    # The runner (kubelet) kills after the grace period; we only wait for the report.
-    return Wait(
-        "waiting for the old slot to exit", until=_deadline(rollout, obs.spec.roll.stop_timeout_seconds)
-    )
+    deadline = _deadline(rollout, obs.spec.roll.stop_timeout_seconds)
+    if obs.now >= deadline:
+        # kcp and its host agent outlived SIGTERM and the grace period: the kubelet kills them.
+        return KillSlot(old.name)
+    return Wait("waiting for the old slot to exit", until=deadline)
 
 
 def _draining(obs: Observed, rollout: RolloutStatus) -> Action:
     old = rollout.from_slot
-    if old is None:
+    if old is None or old == rollout.to_slot:
         return Advance(Step.RETIRING, "no old slot to drain")
     front = obs.status.front
     open_conns = front.connections.get(old, 0) if front else 0
@@ -304,13 +533,18 @@ def _draining(obs: Observed, rollout: RolloutStatus) -> Action:
     if obs.now >= deadline:
         if front is None or front.drain != old:
             return RequestDrain(SlotName(old))
-        return Wait("waiting for the front to close the old slot's connections")
+        # The front was asked to close them; the old kcp has exited anyway, so do not wait on it forever.
+        return Advance(
+            Step.RETIRING, f"asked the front to close the {open_conns} connection(s) left on slot {old}"
+        )
     return Wait(f"{open_conns} connections still open on slot {old}", until=deadline)
 
 
 def _retiring(rollout: RolloutStatus, old: SlotView | None) -> Action:
-    if old is not None and rollout.from_slot is not None:
+    if old is not None and rollout.from_slot is not None and rollout.from_slot != rollout.to_slot:
         return DeleteSlot(old.name, why="retired after the roll")
+    if rollout.restoring:
+        return Finish(f"slot {rollout.to_slot} serves the old revision {rollout.from_revision} again")
     return Finish(f"slot {rollout.to_slot} serves revision {rollout.target_revision}")
 
 
@@ -321,6 +555,16 @@ def next_action(obs: Observed) -> Action:
     to = obs.slots.get(SlotName(rollout.to_slot))
     old = obs.slots.get(SlotName(rollout.from_slot)) if rollout.from_slot else None
     step = Step(rollout.step)
+    after_flip = step in POST_FLIP or (step is Step.STOPPING_OLD and rollout.shape is Shape.BLUE_GREEN)
+    if after_flip and (to is None or to.gone):
+        code = f" with code {to.exit_code}" if to is not None and to.exit_code is not None else ""
+        return Fail(
+            "SlotLost",
+            f"slot {rollout.to_slot} stopped{code} after the front moved to it; "
+            "the operator starts its revision again on the other slot",
+        )
+    if step is Step.BACKING_UP:
+        return _backing_up(obs, rollout)
     if step is Step.STARTING:
         return _starting(obs, rollout, to)
     if step is Step.WAITING_READY:
@@ -338,22 +582,40 @@ def next_action(obs: Observed) -> Action:
     return _retiring(rollout, old)
 
 
+# The report timestamp written when a roll leaves each step (and "slotStarting" on entering Starting).
+LEAVE_STAMP = {
+    Step.BACKING_UP: "backedUp",
+    Step.STARTING: "slotCreated",
+    Step.WAITING_READY: "ready",
+    Step.FLIPPING: "flipped",
+    Step.STOPPING_OLD: "oldExited",
+    Step.HANDING_OVER_LEASE: "leaseHandedOver",
+    Step.PROBING: "probed",
+    Step.DRAINING: "drained",
+}
+
+
 # Each step's duration in the report: (name, from timestamp, to timestamp).
-REPORT_SPANS = (
-    ("startToReady", "started", "ready"),
-    ("flip", "ready", "flipped"),
-    ("oldExit", "flipped", "oldExited"),
-    ("leaseHandover", "oldExited", "leaseHandedOver"),
-    ("probe", "leaseHandedOver", "probed"),
-    ("drain", "probed", "drained"),
-    ("total", "started", "finished"),
+REPORT_SPANS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("backup", ("started",), "backedUp"),
+    ("startToReady", ("slotStarting",), "ready"),
+    ("flip", ("ready",), "flipped"),
+    ("oldExit", ("flipped",), "oldExited"),
+    # From whichever came last: blue/green stops the old slot after the flip, Single before the start.
+    ("leaseHandover", ("flipped", "oldExited"), "leaseHandedOver"),
+    ("probe", ("leaseHandedOver",), "probed"),
+    ("drain", ("probed",), "drained"),
+    ("outage", ("oldExited",), "flipped"),
+    ("total", ("started",), "finished"),
 )
 
 
 def durations(timestamps: Mapping[str, str]) -> dict[str, float]:
     out: dict[str, float] = {}
-    for name, start, end in REPORT_SPANS:
-        if start in timestamps and end in timestamps:
-            delta = cond.parse_time(timestamps[end]) - cond.parse_time(timestamps[start])
-            out[name] = round(delta.total_seconds(), 3)
+    for name, starts, end in REPORT_SPANS:
+        begun = [cond.parse_time(timestamps[s]) for s in starts if s in timestamps]
+        if begun and end in timestamps:
+            delta = cond.parse_time(timestamps[end]) - max(begun)
+            if delta.total_seconds() >= 0:  # "outage" exists only where the old slot exited first (Single)
+                out[name] = round(delta.total_seconds(), 3)
     return out

@@ -67,7 +67,10 @@ class Stack:
     devenv: Process
     operator: Process | None = None
 
-    def start_operator(self, *extra: str) -> Process:
+    def start_operator(
+        self, *extra: str, kubeconfig: str | None = None, log: str = "operator.log"
+    ) -> Process:
+        """The operator as a subprocess (its own process group); `kubeconfig` e.g. through a FaultProxy."""
         self.operator = start_process(
             "operator",
             [
@@ -79,8 +82,8 @@ class Stack:
                 " ".join(kcpshard_command()),
                 *extra,
             ],
-            self.directory / "operator.log",
-            env={"KUBECONFIG": self.info.kubeconfig},
+            self.directory / log,
+            env={"KUBECONFIG": kubeconfig or self.info.kubeconfig},
         )
         return self.operator
 

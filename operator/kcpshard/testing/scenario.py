@@ -1,0 +1,202 @@
+"""Steps and checks shared by the end-to-end tests: create a shard, wait for a condition, keep a
+client sending requests through the front, and check what is left when a roll ends."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from kcpshard.api import conditions as cond
+from kcpshard.k8s.api import EVENTS, JOBS, KCPSHARDS, KCPSLOTS
+from kcpshard.testing.load import KubeStyleLoad, LoadReport
+from kcpshard.testing.stack import Stack, shard_manifest
+from kcpshard.testing.tcp import free_port
+from kcpshard.testing.waiting import wait_for
+
+NAMESPACE = "default"
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    found = cond.find((obj.get("status") or {}).get("conditions"), type_)
+    return dict(found) if found else {}
+
+
+async def create_shard(stack: Stack, name: str = "root", **spec: Any) -> int:
+    """Create a shard with a fresh front port; returns the port."""
+    port = free_port()
+    manifest = shard_manifest(name, etcd=stack.info.etcd_endpoint, front_port=port, **spec)
+    await stack.api.create(KCPSHARDS, NAMESPACE, manifest)
+    return port
+
+
+async def wait_ready(stack: Stack, name: str = "root", timeout: float = 90) -> dict[str, Any]:
+    """Ready=True, no roll under way, observedGeneration current."""
+
+    async def ready() -> dict[str, Any] | None:
+        shard = await stack.shard(name)
+        status = shard.get("status") or {}
+        if (
+            condition(shard, "Ready").get("status") == "True"
+            and not status.get("rollout")
+            and status.get("observedGeneration") == shard["metadata"]["generation"]
+        ):
+            return shard
+        return None
+
+    return await wait_for(f"shard {name} Ready=True", ready, timeout=timeout)
+
+
+async def wait_stalled(stack: Stack, name: str = "root", timeout: float = 90) -> dict[str, Any]:
+    """Stalled=True and no roll under way."""
+
+    async def stalled() -> dict[str, Any] | None:
+        shard = await stack.shard(name)
+        if condition(shard, "Stalled").get("status") == "True" and not (shard.get("status") or {}).get(
+            "rollout"
+        ):
+            return shard
+        return None
+
+    return await wait_for(f"shard {name} Stalled=True", stalled, timeout=timeout)
+
+
+async def wait_last_roll(
+    stack: Stack, name: str, to_revision: str | None = None, timeout: float = 120
+) -> dict[str, Any]:
+    """The shard once a roll (to `to_revision`, or any other than the current one) has ended."""
+    before = ((await stack.shard(name)).get("status") or {}).get("lastRoll") or {}
+
+    async def ended() -> dict[str, Any] | None:
+        shard = await stack.shard(name)
+        status = shard.get("status") or {}
+        last = status.get("lastRoll") or {}
+        if status.get("rollout") or not last:
+            return None
+        if to_revision is not None:
+            return shard if last.get("toRevision") == to_revision else None
+        return shard if last.get("timestamps") != before.get("timestamps") else None
+
+    return await wait_for(f"a roll of shard {name} to end", ended, timeout=timeout)
+
+
+async def wait_step(stack: Stack, name: str, step: str, timeout: float = 60) -> dict[str, Any]:
+    async def at_step() -> dict[str, Any] | None:
+        shard = await stack.shard(name)
+        rollout = (shard.get("status") or {}).get("rollout") or {}
+        return shard if rollout.get("step") == step else None
+
+    return await wait_for(f"shard {name} at step {step}", at_step, timeout=timeout)
+
+
+async def events(stack: Stack, name: str) -> list[dict[str, Any]]:
+    """The shard's Events, oldest first."""
+    listed = await stack.api.list(
+        EVENTS, NAMESPACE, field_selector=f"involvedObject.kind=KcpShard,involvedObject.name={name}"
+    )
+    items = listed.get("items", [])
+    return sorted(
+        items, key=lambda e: (e.get("lastTimestamp") or e.get("eventTime") or "", e["metadata"]["name"])
+    )
+
+
+async def event_reasons(stack: Stack, name: str) -> list[str]:
+    return [e.get("reason", "") for e in await events(stack, name)]
+
+
+async def wait_event(stack: Stack, name: str, reason: str, timeout: float = 30) -> dict[str, Any]:
+    async def found() -> dict[str, Any] | None:
+        for event in await events(stack, name):
+            if event.get("reason") == reason:
+                return event
+        return None
+
+    return await wait_for(f"a {reason} Event on shard {name}", found, timeout=timeout)
+
+
+@contextlib.asynccontextmanager
+async def traffic(
+    stack: Stack, port: int, name: str = "root", warmup: int = 10
+) -> AsyncIterator[KubeStyleLoad]:
+    """A kube-style client sending requests through the front for as long as the block runs."""
+    admin = await stack.shard_admin(name)
+    load = KubeStyleLoad(f"https://127.0.0.1:{port}", admin.token, admin.ca_pem)
+    await load.start()
+    try:
+
+        async def warmed() -> bool:
+            return load.report.ok >= warmup
+
+        await wait_for("client traffic through the front", warmed, timeout=30)
+        yield load
+    finally:
+        await load.stop()
+
+
+async def more_requests(load: KubeStyleLoad, count: int = 10) -> LoadReport:
+    """Wait until the client got `count` more answers (the front still serves)."""
+    target = load.report.ok + count
+
+    async def enough() -> bool:
+        return load.report.ok >= target
+
+    await wait_for("more client requests through the front", enough, timeout=30)
+    return load.report
+
+
+def kcp_processes(sandbox: Path) -> list[int]:
+    """Pids of stand-in kcp processes started under the sandbox's node."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(part.endswith(b"kcpshard-fake-kcp") for part in cmdline) and any(
+            str(sandbox).encode() in part for part in cmdline
+        ):
+            out.append(int(entry.name))
+    return out
+
+
+async def slot_names(stack: Stack, name: str = "root") -> list[str]:
+    listed = await stack.api.list(KCPSLOTS, NAMESPACE, label_selector=f"kcpshard.dev/shard={name}")
+    return sorted(
+        s["metadata"]["name"] for s in listed["items"] if not s["metadata"].get("deletionTimestamp")
+    )
+
+
+async def slot_jobs(stack: Stack, name: str = "root") -> list[str]:
+    listed = await stack.api.list(
+        JOBS, NAMESPACE, label_selector=f"kcpshard.dev/shard={name},kcpshard.dev/component=slot"
+    )
+    return sorted(
+        j["metadata"]["name"] for j in listed["items"] if not j["metadata"].get("deletionTimestamp")
+    )
+
+
+async def wait_settled(stack: Stack, name: str = "root", timeout: float = 60) -> None:
+    """Exactly one slot object, one slot Job and one kcp process are left (the active one)."""
+    sandbox = Path(stack.info.sandbox)
+
+    async def settled() -> bool:
+        return (
+            len(await slot_names(stack, name)) == 1
+            and len(await slot_jobs(stack, name)) == 1
+            and len(kcp_processes(sandbox)) == 1
+        )
+
+    await wait_for(f"shard {name} down to one slot, one Job, one kcp", settled, timeout=timeout)
+
+
+def front_switches(sandbox: Path, slot: str) -> int:
+    """How often the front agent moved new connections to `slot` (its log says so once per switch)."""
+    line = f"new connections now go to slot {slot} "
+    count = 0
+    for log in sandbox.rglob("*.log"):
+        with contextlib.suppress(OSError):
+            count += log.read_text(errors="replace").count(line)
+    return count
