@@ -698,7 +698,8 @@ def test_slot_lost_during_the_flip_aborts(new_slot: plan.SlotView | None) -> Non
         (rollout(Step.FLIPPING), Step.STOPPING_OLD),
         (single(Step.FLIPPING), Step.HANDING_OVER_LEASE),
         (single(Step.FLIPPING, restoring=True), Step.HANDING_OVER_LEASE),
-        (rollout(Step.FLIPPING, from_slot=None, to_slot="b"), Step.PROBING),
+        # a first slot too: a shard created again on a kept store finds a dead predecessor's lease
+        (rollout(Step.FLIPPING, from_slot=None, to_slot="b"), Step.HANDING_OVER_LEASE),
     ],
     ids=["bg", "single", "restoring", "first-slot"],
 )
@@ -878,3 +879,18 @@ def test_a_front_that_cannot_serve_stalls_a_serving_shard() -> None:
     action = plan.next_action(observe(status, {A: slot(A)}))
     assert isinstance(action, plan.Stall) and action.reason == "FrontFailed"
     assert "restarting it" in action.message
+
+
+def test_starting_waits_for_an_earlier_process_of_the_slot_then_gives_up() -> None:
+    status = during(rollout(Step.STARTING), active_slot="a")
+    busy = plan.Observed(**{**observe(status, {A: slot(A, "old")}).__dict__, "busy": {B: 1}})
+    waiting = plan.next_action(busy)
+    assert isinstance(waiting, plan.Wait) and "earlier process of slot b" in waiting.reason
+    late = plan.Observed(
+        **{**busy.__dict__, "now": T0 + datetime.timedelta(seconds=SPEC.roll.ready_timeout_seconds)}
+    )
+    action = plan.next_action(late)
+    assert isinstance(action, plan.Abort) and action.reason == "SlotBusy"
+    # once it has stopped, the slot is created
+    free = plan.Observed(**{**busy.__dict__, "busy": {}})
+    assert isinstance(plan.next_action(free), plan.CreateSlot)

@@ -237,6 +237,7 @@ class SlotAgent:
         self.stop_requested = asyncio.Event()
         self.ready_once = asyncio.Event()  # Ready=True written for this kcp process
         self.signals = 0
+        self.slot_gone = False  # our KcpSlot was deleted: nobody reads our reports any more
 
     # -- status ------------------------------------------------------------------------------------------
 
@@ -245,16 +246,31 @@ class SlotAgent:
         fn = status_change(fields, conditions, self.generation)
         try:
             await asyncio.wait_for(
-                mutate_status(self.api, KCPSLOTS, self.opts.namespace, self.opts.slot, fn), WRITE_TIMEOUT
+                mutate_status(
+                    self.api,
+                    KCPSLOTS,
+                    self.opts.namespace,
+                    self.opts.slot,
+                    fn,
+                    uid=(self.slot.get("metadata") or {}).get("uid"),
+                ),
+                WRITE_TIMEOUT,
             )
             return True
+        except NotFound:
+            if not self.slot_gone:
+                log.info(
+                    "KcpSlot %s is gone (deleted, or another object has its name): not reporting", self.where
+                )
+            self.slot_gone = True
+            return False
         except API_ERRORS as exc:
             log.warning("could not write the status of KcpSlot %s: %s", self.where, exc or type(exc).__name__)
             return False
 
     async def persist(self, fields: Mapping[str, Any] | None = None, *conditions: Cond) -> None:
         """A write that must land (pid, port, the upload): retried until it does or the task is cancelled."""
-        while True:
+        while not self.slot_gone:
             if await self.write(fields, *conditions):
                 return
             await asyncio.sleep(POLL_SLOW)

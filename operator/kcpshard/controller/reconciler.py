@@ -89,6 +89,7 @@ class ShardReconciler:
         self.config = config
         self.logger = logger
         self._body: dict[str, Any] = {}
+        self._busy: dict[SlotName, int] = {}
         self._lock: ShardLock | None = None
 
     # ----- the loop --------------------------------------------------------------------------
@@ -204,6 +205,7 @@ class ShardReconciler:
             revision=revision_of(spec),
             now=datetime.datetime.now(datetime.UTC),
             slots=slots,
+            busy=self._busy,
             invalid=tuple(invalid),
             retry_token=(meta.get("annotations") or {}).get(plan.RETRY_ANNOTATION),
             backup=backup,
@@ -252,6 +254,10 @@ class ShardReconciler:
                 pod_labels = pod["metadata"].get("labels", {})
                 key = f"{pod_labels.get(builders.LABEL_SLOT)}/{pod_labels.get(builders.LABEL_REVISION)}"
                 live_pods[key] = live_pods.get(key, 0) + 1
+        self._busy = {
+            slot: sum(n for key, n in live_pods.items() if key.startswith(f"{slot.value}/"))
+            for slot in SlotName
+        }
         views: dict[SlotName, plan.SlotView] = {}
         for obj in slot_list.get("items", []):
             spec, status = obj.get("spec", {}), obj.get("status") or {}
@@ -548,11 +554,10 @@ class ShardReconciler:
         timeout = max((action.deadline - obs.now).total_seconds(), 0.1)
         async with await self._kcp(obs.spec) as kcp:
             lease = await kcp.get_lease()
-            holder = (lease or {}).get("spec", {}).get("holderIdentity")
-            stale = rollout.from_holder
-            if lease is not None and holder is not None and holder != stale:
-                new_holder = holder  # the new slot took it already (or we did this before a restart)
-            else:
+            new_holder = _new_holder(lease, rollout)
+            if new_holder is None:
+                # Held by a process from before this roll's slot (or by nobody): free it for the new one.
+                stale = ((lease or {}).get("spec") or {}).get("holderIdentity") or rollout.from_holder
                 if lease is not None:
                     await kcp.delete_lease()
                 try:
@@ -592,23 +597,23 @@ class ShardReconciler:
         return await self._advance(plan.Advance(nxt, message), obs)
 
     async def _clean_identity_cache(self, kcp: KcpClient, obs: plan.Observed, rollout: RolloutStatus) -> None:
-        """After a non-root shard crossed into v0.33, drop the `identitycache` ConfigMap it no longer uses."""
+        """A non-root shard on v0.33 or later no longer uses `identitycache`: delete it if still there.
+
+        Level-based rather than tied to the crossing roll, so a crossing roll that failed after the flip
+        is cleaned up by the next one; once deleted it stays gone, so this happens once.
+        """
         spec = self._slot_spec(obs, rollout)
-        if spec.shard.root or rollout.restoring or not rollout.from_version:
+        if spec.shard.root:
             return
         try:
-            crossed = (
-                Version.parse(rollout.from_version)
-                < IDENTITY_CACHE_RELEASE
-                <= Version.parse(spec.kcp.version)
-            )
+            newer = Version.parse(spec.kcp.version) >= IDENTITY_CACHE_RELEASE
         except VersionError:
             return
-        if crossed and await kcp.delete_configmap("system:shard", "default", "identitycache"):
+        if newer and await kcp.delete_configmap("system:shard", "default", "identitycache"):
             self._event(
                 "IdentityCacheDeleted",
-                f"deleted the stale identitycache ConfigMap of system:shard (kcp {rollout.from_version} -> "
-                f"{spec.kcp.version} reads identities from the cache server)",
+                f"deleted the stale identitycache ConfigMap of system:shard (kcp {spec.kcp.version} reads "
+                "identities from the cache server)",
             )
 
     async def _request_drain(self, action: plan.RequestDrain, obs: plan.Observed) -> float | None:
@@ -1031,6 +1036,26 @@ def _job_view(job: dict[str, Any]) -> plan.JobView:
         deleting=bool(job["metadata"].get("deletionTimestamp")),
         message=message,
     )
+
+
+def _new_holder(lease: dict[str, Any] | None, rollout: RolloutStatus) -> str | None:
+    """The lease's holder if it is, for sure, the new slot's kcp; None otherwise.
+
+    Another holder than the one recorded when the roll started is new. With none recorded (the old kcp
+    was already dead, or this is the first slot), a holder is new only if it renewed after the old slot
+    exited (or the roll started): a dead kcp's lease stays until it expires, and must not pass for new.
+    """
+    spec = (lease or {}).get("spec") or {}
+    holder = spec.get("holderIdentity")
+    if not holder or holder == rollout.from_holder:
+        return None
+    if rollout.from_holder is not None:
+        return str(holder)
+    renewed = spec.get("renewTime") or spec.get("acquireTime")
+    since = rollout.timestamps.get("oldExited") or rollout.started_at
+    if renewed and cond.parse_time(renewed) > cond.parse_time(since):
+        return str(holder)
+    return None
 
 
 def _backup_job_name(shard: str, rollout: RolloutStatus) -> str:

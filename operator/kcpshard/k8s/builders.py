@@ -210,7 +210,10 @@ def _agent_store_args(spec: KcpShardSpec) -> list[str]:
     """The host agent checks that the store answers before it starts kcp (kine: nothing to check)."""
     if spec.store.etcd is None:
         return []
-    return [arg for url in spec.store.etcd.endpoints for arg in ("--store-endpoint", url)]
+    # Give up well within the ready timeout, so the roll stalls as StoreUnreachable, not ReadyTimeout.
+    wait = max(1, min(20, spec.roll.ready_timeout_seconds // 3))
+    endpoints = [arg for url in spec.store.etcd.endpoints for arg in ("--store-endpoint", url)]
+    return [*endpoints, "--store-wait", str(wait)]
 
 
 def _agent_secret_args(spec: KcpShardSpec) -> list[str]:

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from kcpshard.k8s.api import ApiClient, Conflict, ResourceRef
+from kcpshard.k8s.api import ApiClient, Conflict, NotFound, ResourceRef
 
 StatusFn = Callable[[dict[str, Any]], dict[str, Any] | None]
 
@@ -25,13 +25,20 @@ async def mutate_status(
     fn: StatusFn,
     *,
     attempts: int = 10,
+    uid: str | None = None,
 ) -> dict[str, Any]:
     """Apply `fn` to the current status and write it back; returns the object written (or read).
 
-    `fn` gets a copy of the status and returns the new status, or None to write nothing.
+    `fn` gets a copy of the status and returns the new status, or None to write nothing. With `uid`,
+    an object of the same name but another uid (deleted and created again) is NotFound: a writer never
+    reports onto an object that is not the one it works for.
     """
     for _ in range(attempts):
         obj = await api.get(ref, namespace, name)
+        if uid is not None and obj["metadata"].get("uid") != uid:
+            raise NotFound(
+                404, "NotFound", f"{ref.plural} {name} with uid {uid} is gone (another object has its name)"
+            )
         status = copy.deepcopy(obj.get("status") or {})
         new_status = fn(status)
         if new_status is None or new_status == (obj.get("status") or {}):

@@ -114,6 +114,8 @@ class Observed:
     revision: str
     now: datetime.datetime
     slots: Mapping[SlotName, SlotView] = field(default_factory=dict)
+    # Live pods per slot name, whatever KcpSlot they belong to (a deleted slot's pod may still stop).
+    busy: Mapping[SlotName, int] = field(default_factory=dict)
     invalid: tuple[str, ...] = ()
     retry_token: str | None = None
     backup: BackupView | None = None
@@ -434,6 +436,18 @@ def _starting(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Act
         if stale is not None:
             # Never adopt a slot this roll did not start: whatever runs there goes first.
             return DeleteSlot(to.name, why=f"never adopted: {stale}")
+    if to is None and obs.busy.get(SlotName(rollout.to_slot), 0):
+        # A process of an earlier slot object still stops there; the new one must not share its root.
+        deadline = _deadline(rollout, obs.spec.roll.ready_timeout_seconds)
+        if obs.now >= deadline:
+            return pre_flip_failure(
+                rollout,
+                "SlotBusy",
+                f"an earlier process of slot {rollout.to_slot} did not stop within "
+                f"{obs.spec.roll.ready_timeout_seconds}s on node {obs.spec.node}; see "
+                f"kubectl get pods -l kcpshard.dev/shard={obs.name},kcpshard.dev/slot={rollout.to_slot}",
+            )
+        return Wait(f"waiting for the earlier process of slot {rollout.to_slot} to stop", until=deadline)
     if to is None or (to.job is None and to.live_pods == 0):
         # No slot yet, or its Job was never created (an operator stopped between the two writes).
         return CreateSlot(SlotName(rollout.to_slot), want, start=0)
@@ -492,7 +506,8 @@ def _flipping(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Act
         elif rollout.from_slot:
             nxt = Step.HANDING_OVER_LEASE  # Single shape: the old slot stopped before this one started
         else:
-            nxt = Step.PROBING  # the first slot takes the free lease itself
+            # The first slot too: a shard created again on a kept store finds its predecessor's lease.
+            nxt = Step.HANDING_OVER_LEASE
         return Advance(nxt, f"the front serves slot {to.name.value} on port {to.port}")
     if front is None or front.desired_backend != to.name.value or front.desired_port != to.port:
         return Flip(to.name, to.port)
