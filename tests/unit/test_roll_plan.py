@@ -894,3 +894,17 @@ def test_starting_waits_for_an_earlier_process_of_the_slot_then_gives_up() -> No
     # once it has stopped, the slot is created
     free = plan.Observed(**{**busy.__dict__, "busy": {}})
     assert isinstance(plan.next_action(free), plan.CreateSlot)
+
+
+def test_a_failed_roll_stays_failed_after_a_recovery_roll_in_between() -> None:
+    failed = RollReport(
+        result="Aborted", reason="ReadyTimeout", to_revision=REV, message="slot b was not ready"
+    )
+    recovered = RollReport(
+        result="Succeeded", to_revision="old", recovery=True, message="slot a serves again"
+    )
+    status = KcpShardStatus(
+        active_slot="a", active_revision="old", last_roll=recovered, failed_roll=failed, front=FRONT_UP
+    )
+    action = plan.next_action(observe(status, {A: slot(A, "old")}))
+    assert isinstance(action, plan.Stall) and action.reason == "ReadyTimeout"

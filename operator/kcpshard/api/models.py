@@ -298,6 +298,14 @@ class KcpShardStatus(Model):
     active_revision: Annotated[str | None, Field(alias="activeRevision")] = None
     rollout: RolloutStatus | None = None
     last_roll: Annotated[RollReport | None, Field(alias="lastRoll")] = None
+    failed_roll: Annotated[
+        RollReport | None,
+        Field(
+            alias="failedRoll",
+            description="The last roll that did not succeed, kept until a roll of another revision does "
+            "(a recovery roll in between does not clear it).",
+        ),
+    ] = None
     front: FrontStatus | None = None
     active_spec: Annotated[
         dict[str, Any] | None,

@@ -680,6 +680,10 @@ class ShardReconciler:
                 return None
             status.pop("rollout", None)
             status["lastRoll"] = _dump(report)
+            if rollout.restoring:
+                status["failedRoll"] = _dump(report)
+            elif not rollout.recovery:
+                status.pop("failedRoll", None)  # a roll that succeeded; a recovery proves nothing new
             status["observedGeneration"] = rollout.target_generation or obs.generation
             if status.get("front"):
                 status["front"].pop("drain", None)
@@ -793,7 +797,7 @@ class ShardReconciler:
             if also is not None:
                 also(status)
             status.pop("rollout", None)
-            status["lastRoll"] = _dump(report)
+            status["lastRoll"] = status["failedRoll"] = _dump(report)
             status["observedGeneration"] = rollout.target_generation or obs.generation
             return _with_conditions(
                 status,

@@ -278,7 +278,7 @@ def stall_message(last: RollReport, active_slot: str | None, active_revision: st
 
 def _blocked_by_last_roll(obs: Observed) -> Stall | None:
     """A roll that failed stays failed until the spec changes or the retry annotation does."""
-    last = obs.status.last_roll
+    last = obs.status.failed_roll or obs.status.last_roll
     if (
         last is not None
         and last.result != "Succeeded"
