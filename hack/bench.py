@@ -2,7 +2,9 @@
 
 Creates a shard, then rolls it ROLLS times (default 3) while a client sends requests
 through the front, and prints each roll's report durations, their median, the client's
-counts and the operator's peak memory. Figures, not assertions: the tests do not time.
+counts and the operator's peak memory. Then SINGLE_ROLLS (default 2) rolls in the Single
+shape: the planned outage each had, and what a client saw of it.
+Figures, not assertions: the tests do not time.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def _peak_rss_kib(pid: int) -> int | None:
     return None
 
 
-async def bench(workdir: Path, rolls: int) -> None:
+async def bench(workdir: Path, rolls: int, singles: int) -> None:
     async with running_stack(workdir) as stack:
         port = free_port()
         await stack.api.create(
@@ -70,6 +72,22 @@ async def bench(workdir: Path, rolls: int) -> None:
                 )
             )
         client = await load.stop()
+        # Single shape: the planned outage, and what a client sees of it.
+        await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"shape": "Single"}})
+        single_reports = []
+        single_load = KubeStyleLoad(f"https://127.0.0.1:{port}", admin.token, admin.ca_pem, max_retries=1)
+        await single_load.start()
+        for i in range(singles):
+            shard = await stack.api.patch(
+                KCPSHARDS, "default", "root", {"spec": {"extraArgs": [f"-v={rolls + i + 1}"]}}
+            )
+            generation = shard["metadata"]["generation"]
+            single_reports.append(
+                await wait_for(
+                    f"single roll {i + 1}", lambda g=generation: _rolled(stack, slot, g), timeout=180
+                )
+            )
+        single_client = await single_load.stop()
         assert stack.operator is not None
         rss = _peak_rss_kib(stack.operator.popen.pid)
 
@@ -84,14 +102,24 @@ async def bench(workdir: Path, rolls: int) -> None:
     )
     print(f"{'median':<8}{medians}")
     print(f"client through the front: {client.summary()}")
+    if single_reports:
+        outages = [r["durations"].get("outage", float("nan")) for r in single_reports]
+        totals = [r["durations"].get("total", float("nan")) for r in single_reports]
+        each = ", ".join(f"{o:.3f}" for o in outages)
+        print(
+            f"Single shape, {len(single_reports)} rolls: outage median {statistics.median(outages):.3f} s "
+            f"(each: {each}), total median {statistics.median(totals):.3f} s"
+        )
+        print(f"client during the Single rolls (no retries beyond one): {single_client.summary()}")
     if rss is not None:
         print(f"operator peak RSS: {rss / 1024:.1f} MiB")
 
 
 def main() -> int:
     rolls = int(os.environ.get("ROLLS", "3"))
+    singles = int(os.environ.get("SINGLE_ROLLS", "2"))
     workdir = Path(tempfile.mkdtemp(prefix="kcpshard-bench-"))
-    asyncio.run(bench(workdir, rolls))
+    asyncio.run(bench(workdir, rolls, singles))
     print(f"logs: {workdir}")
     return 0
 

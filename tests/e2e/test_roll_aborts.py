@@ -58,7 +58,7 @@ FAULTS = {
         "SlotExited",
         ["exited with code 2", "kubectl logs job/"],
     ),
-    "never-listens": ({}, "exec sleep 600", "ReadyTimeout", ["was not ready within 6s", "Listening=False"]),
+    "never-listens": ({}, "exec sleep 600", "ReadyTimeout", ["was not ready within 6s", "Listening=Unknown"]),
     "no-binary": (None, None, "SlotExited", ["exited", "kubectl logs job/"]),
 }
 

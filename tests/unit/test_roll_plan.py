@@ -577,10 +577,13 @@ def test_succeeded_job_before_ready_is_an_exit() -> None:
     ("new_slot", "says"),
     [
         (slot(B), ["its host agent never reported", "node n1", "kubectl describe pods -l job-name=job-b"]),
-        (slot(B, started_at=STAMP), ["Seeded=False, Listening=False, Ready=False", "kubectl logs job/job-b"]),
+        (
+            slot(B, started_at=STAMP),
+            ["Seeded=Unknown, Listening=Unknown, Ready=Unknown", "kubectl logs job/job-b"],
+        ),
         (
             slot(B, conditions=ready_conditions("Seeded", "Listening")),
-            ["Seeded=True, Listening=True, Ready=False", "kubectl logs job/job-b"],
+            ["Seeded=True, Listening=True, Ready=Unknown", "kubectl logs job/job-b"],
         ),
     ],
     ids=["agent-silent", "agent-started", "agent-reported"],

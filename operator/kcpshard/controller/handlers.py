@@ -68,6 +68,11 @@ async def delete_shard(
     logger.info(done)
 
 
+def _slot_or_backup(value: str | None, **_: Any) -> bool:
+    """Jobs of slots and of backups: a finished backup moves the roll on at once."""
+    return value in ("slot", "backup")
+
+
 @kopf.on.event(GROUP, VERSION, "kcpshards")
 def shard_changed(name: str, namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, name)
@@ -78,7 +83,7 @@ def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> 
     WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: "slot"})
+@kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: _slot_or_backup})
 @kopf.on.event("", "v1", "pods", labels={builders.LABEL_COMPONENT: "slot"})
 def workload_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))

@@ -158,7 +158,8 @@ class ShardReconciler:
         observed = await self.observe()
         if observed is None:
             return RESYNC_SECONDS
-        await self._ensure_shard_objects(observed.spec)
+        # An invalid spec gets no new front: it might contend for another shard's port.
+        await self._ensure_shard_objects(observed.spec, create_front=not observed.invalid)
         action = plan.next_action(observed)
         self.logger.debug(f"next action: {action}")
         try:
@@ -930,7 +931,7 @@ class ShardReconciler:
     async def _mutate(self, fn: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
         self._body = await mutate_status(self.api, KCPSHARDS, self.namespace, self.name, fn)
 
-    async def _ensure_shard_objects(self, spec: KcpShardSpec) -> None:
+    async def _ensure_shard_objects(self, spec: KcpShardSpec, *, create_front: bool = True) -> None:
         """The shared-material Secret and the front Deployment exist for every shard."""
         secret = builders.shared_secret(self._body, spec)
         try:
@@ -944,11 +945,14 @@ class ShardReconciler:
         try:
             current = await self.api.get(DEPLOYMENTS, self.namespace, front["metadata"]["name"])
         except NotFound:
+            if not create_front:
+                return
             await self.api.create(DEPLOYMENTS, self.namespace, front)
             self._event("FrontCreated", f"created the front on {spec.front.address}:{spec.front.port}")
             return
         wanted = front["metadata"]["annotations"][builders.TEMPLATE_HASH]
-        if (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH) != wanted:
+        changed = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH) != wanted
+        if changed and create_front:
             front["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
             await self.api.replace(DEPLOYMENTS, self.namespace, front["metadata"]["name"], front)
             self._event("FrontUpdated", f"updated the front for {spec.front.address}:{spec.front.port}")

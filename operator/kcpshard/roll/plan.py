@@ -80,6 +80,11 @@ class SlotView:
     def true(self, type_: str) -> bool:
         return cond.is_true(self.conditions, type_)
 
+    def state(self, type_: str) -> str:
+        """`True`, `False` or `Unknown`, as a person reads it in a message."""
+        found = cond.find(self.conditions, type_)
+        return str(found.get("status", "Unknown")) if found is not None else "Unknown"
+
     def failed(self, type_: str) -> Mapping[str, Any] | None:
         found = cond.find(self.conditions, type_)
         return found if found is not None and found.get("status") == "False" else None
@@ -485,7 +490,7 @@ def _waiting_ready(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -
             )
         else:
             what = (
-                f"Seeded={to.true('Seeded')}, Listening={to.true('Listening')}, Ready={to.true('Ready')}; "
+                f"Seeded={to.state('Seeded')}, Listening={to.state('Listening')}, Ready={to.state('Ready')}; "
                 f"see kubectl logs job/{job_name}"
             )
         return pre_flip_failure(

@@ -1,0 +1,305 @@
+"""Bad input, as a person types it with the real kubectl.
+
+What the CRD's schema can judge is refused by the API server, with a message naming the field, and
+nothing is created. What only the operator can judge (a non-root shard without its cache kubeconfig, a
+kcp version the flag table does not know, a front port another KcpShard has) is accepted and ends in
+Stalled=True InvalidSpec with a message saying what to change, before anything runs. What only the node
+can judge (the front port held by another process, a store that does not answer) ends in Stalled=True
+FrontFailed or StoreUnreachable, and kcp never starts.
+
+Every fault is real: a listening socket holds the port, the store endpoint is a closed port.
+"""
+
+from __future__ import annotations
+
+import copy
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kcpshard.testing import scenario
+from kcpshard.testing.kcpbin import make_kcp
+from kcpshard.testing.stack import Stack, running_stack, shard_manifest
+from kcpshard.testing.tcp import free_port
+from kcpshard.testing.waiting import wait_for
+
+pytestmark = pytest.mark.timeout(180)
+
+FAST: dict[str, Any] = {"rsa_bits": 2048}  # quicker key generation in the stand-in
+
+
+def _manifest(stack: Stack, name: str, port: int, **spec: Any) -> dict[str, Any]:
+    return shard_manifest(name, etcd=stack.info.etcd_endpoint, front_port=port, **spec)
+
+
+def _apply(stack: Stack, tmp_path: Path, manifest: dict[str, Any]) -> tuple[int, str]:
+    """`kubectl apply -f` of the manifest written as YAML; (exit code, stdout and stderr)."""
+    path = tmp_path / f"{manifest['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    done = stack.kubectl("apply", "-f", str(path), check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _stalled_reason(stack: Stack, name: str) -> str:
+    done = stack.kubectl(
+        "get", "kshard", name, "-o", 'jsonpath={.status.conditions[?(@.type=="Stalled")].reason}'
+    )
+    return done.stdout.strip()
+
+
+def _described_events(stack: Stack, name: str) -> str:
+    """The Events part of `kubectl describe` (the conditions above it name the reason too)."""
+    described = stack.kubectl("describe", "kshard", name).stdout
+    assert "\nEvents:" in described, described
+    return described.split("\nEvents:", 1)[1]
+
+
+async def _nothing_started(stack: Stack, name: str) -> None:
+    """No KcpSlot, no slot Job, no kcp process: the shard stalled before its first slot."""
+    assert await scenario.slot_names(stack, name) == []
+    assert await scenario.slot_jobs(stack, name) == []
+    assert scenario.kcp_processes(Path(stack.info.sandbox)) == []
+
+
+# ----- refused by the schema ---------------------------------------------------------------------
+
+
+def _set(manifest: dict[str, Any], path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    node = manifest
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+
+
+def _drop(manifest: dict[str, Any], path: str) -> None:
+    *parents, last = path.split(".")
+    node = manifest
+    for key in parents:
+        node = node[key]
+    del node[last]
+
+
+SCHEMA = {
+    # case: (edit of the manifest, words kubectl's error must hold)
+    "shape-not-in-enum": (
+        lambda m: _set(m, "spec.shape", "Sideways"),
+        ["spec.shape", "Unsupported value", '"Sideways"', "BlueGreen", "Single"],
+    ),
+    "no-node": (lambda m: _drop(m, "spec.node"), ["spec.node", "Required value"]),
+    "no-front-port": (lambda m: _drop(m, "spec.front.port"), ["spec.front.port", "Required value"]),
+    "port-70000": (
+        lambda m: _set(m, "spec.front.port", 70000),
+        ["spec.front.port", "70000", "less than or equal to 65535"],
+    ),
+    "version-not-semver": (
+        lambda m: _set(m, "spec.kcp.version", "0.32"),
+        ["spec.kcp.version", '"0.32"', "should match"],
+    ),
+    "ready-timeout-0": (
+        lambda m: _set(m, "spec.roll", {"readyTimeoutSeconds": 0}),
+        ["spec.roll.readyTimeoutSeconds", "greater than or equal to 1"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCHEMA))
+async def test_schema_refuses_the_manifest_and_nothing_is_created(tmp_path: Path, case: str) -> None:
+    edit, words = SCHEMA[case]
+    async with running_stack(tmp_path / "stack", operator=False) as stack:
+        manifest = copy.deepcopy(_manifest(stack, "bad", free_port()))
+        edit(manifest)
+        code, output = _apply(stack, tmp_path, manifest)
+        print(case, output)
+        assert code != 0, output
+        assert 'The KcpShard "bad" is invalid:' in output, output
+        for word in words:
+            assert word in output, (word, output)
+        assert "Traceback" not in output
+        got = stack.kubectl("get", "kshard", "bad", check=False)
+        assert got.returncode != 0
+        assert "NotFound" in got.stderr and '"bad" not found' in got.stderr, got.stderr
+
+
+# ----- judged by the operator --------------------------------------------------------------------
+
+
+OPERATOR: dict[str, tuple[dict[str, Any], list[str]]] = {
+    # case: (spec fields, words the Stalled message must hold)
+    "non-root-without-cache-kubeconfig": (
+        {"shard": {"name": "beta", "root": False}},
+        ["a non-root shard needs shard.cacheKubeconfigSecretRef (kcp --cache-kubeconfig)"],
+    ),
+    "unknown-kcp-version": (
+        {"kcp": {"version": "v0.99.0", "binary": "kcpshard-fake-kcp"}},
+        ["kcp v0.99.0 is not supported", "this operator knows kcp"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OPERATOR))
+async def test_operator_stalls_an_invalid_spec_before_starting_anything(tmp_path: Path, case: str) -> None:
+    spec, words = OPERATOR[case]
+    async with running_stack(tmp_path / "stack") as stack:
+        code, output = _apply(stack, tmp_path, _manifest(stack, "bad", free_port(), **spec))
+        assert code == 0, output
+        assert "kcpshard.dev/bad created" in output, output
+        shard = await scenario.wait_stalled(stack, "bad", timeout=60)
+        stalled = scenario.condition(shard, "Stalled")
+        print(case, stalled)
+        assert stalled["reason"] == "InvalidSpec", stalled
+        for word in words:
+            assert word in stalled["message"], stalled["message"]
+        assert scenario.condition(shard, "Ready")["status"] == "False"
+        assert scenario.condition(shard, "Ready")["reason"] == "InvalidSpec"
+        assert not (shard.get("status") or {}).get("activeSlot")
+        assert _stalled_reason(stack, "bad") == "InvalidSpec"
+        event = await scenario.wait_event(stack, "bad", "InvalidSpec")
+        assert event["type"] == "Warning" and event["message"] == stalled["message"]
+        # What a person types to wait for it and to see why.
+        waited = stack.kubectl("wait", "kshard/bad", "--for=condition=Stalled", "--timeout=30s")
+        assert "condition met" in waited.stdout, waited
+        assert "InvalidSpec" in _described_events(stack, "bad")
+        await _nothing_started(stack, "bad")
+
+
+async def test_second_shard_on_a_taken_front_port_stalls_and_the_first_is_unaffected(tmp_path: Path) -> None:
+    kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
+    port = free_port()
+    async with running_stack(tmp_path / "stack") as stack:
+        code, output = _apply(stack, tmp_path, _manifest(stack, "first", port, kcp=kcp))
+        assert code == 0, output
+        await scenario.wait_ready(stack, "first")
+        # The second shard has its own store prefix: were it started, it would not share the first's data.
+        second = _manifest(stack, "second", port, kcp=kcp)
+        second["spec"]["store"]["etcd"]["prefix"] = "/second"
+        code, output = _apply(stack, tmp_path, second)
+        assert code == 0, output
+        shard = await scenario.wait_stalled(stack, "second", timeout=60)
+        stalled = scenario.condition(shard, "Stalled")
+        assert stalled["reason"] == "InvalidSpec", stalled
+        assert (
+            f"front port {port} on node local-node is already used by KcpShard default/first: "
+            "choose another spec.front.port"
+        ) in stalled["message"]
+        assert _stalled_reason(stack, "second") == "InvalidSpec"
+        await scenario.wait_event(stack, "second", "InvalidSpec")
+        assert await scenario.slot_names(stack, "second") == []
+        assert await scenario.slot_jobs(stack, "second") == []
+        # The first keeps serving through its front, untouched.
+        first = await scenario.wait_ready(stack, "first")
+        assert first["status"]["activeSlot"] == "a"
+        assert scenario.condition(first, "Stalled")["status"] == "False"
+        async with scenario.traffic(stack, port, name="first") as load:
+            await scenario.more_requests(load)
+        assert load.report.failed == 0, load.report.failures
+        assert len(scenario.kcp_processes(Path(stack.info.sandbox))) == 1  # only the first's
+
+
+# ----- judged on the node ------------------------------------------------------------------------
+
+
+async def test_front_port_held_by_another_process_stalls_then_recovers_when_released(tmp_path: Path) -> None:
+    kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = int(holder.getsockname()[1])
+        async with running_stack(tmp_path / "stack") as stack:
+            code, output = _apply(stack, tmp_path, _manifest(stack, "root", port, kcp=kcp))
+            assert code == 0, output
+            shard = await scenario.wait_stalled(stack, "root", timeout=60)
+            stalled = scenario.condition(shard, "Stalled")
+            print(stalled)
+            assert stalled["reason"] == "FrontFailed", stalled
+            assert "the front on node local-node cannot serve" in stalled["message"]
+            assert f"127.0.0.1:{port}" in stalled["message"]
+            assert "already in use" in stalled["message"]
+            assert _stalled_reason(stack, "root") == "FrontFailed"
+            event = await scenario.wait_event(stack, "root", "FrontFailed")
+            assert event["type"] == "Warning"
+            await _nothing_started(stack, "root")
+
+            holder.close()  # the port is free: the front agent's retry takes it, the shard starts
+            shard = await scenario.wait_ready(stack, "root", timeout=90)
+            assert shard["status"]["activeSlot"] == "a"
+            assert scenario.condition(shard, "Stalled")["status"] == "False"
+            assert not (shard["status"].get("front") or {}).get("error")
+            async with scenario.traffic(stack, port) as load:
+                await scenario.more_requests(load)
+            assert load.report.failed == 0, load.report.failures
+    finally:
+        holder.close()
+
+
+@pytest.mark.parametrize(
+    "ready_timeout",
+    [
+        # Longer than the host agent's own store check (20 s): the check's verdict arrives in time.
+        60,
+        # A short ready timeout, as the other e2e tests use: the store check must still be what says why.
+        6,
+    ],
+)
+async def test_unreachable_store_stalls_before_kcp_ever_starts(tmp_path: Path, ready_timeout: int) -> None:
+    closed = free_port()  # nothing listens here
+    endpoint = f"http://127.0.0.1:{closed}"
+    kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
+    async with running_stack(tmp_path / "stack") as stack:
+        sandbox = Path(stack.info.sandbox)
+        manifest = _manifest(
+            stack,
+            "root",
+            free_port(),
+            kcp=kcp,
+            store={"etcd": {"endpoints": [endpoint]}},
+            roll={"readyTimeoutSeconds": ready_timeout},
+        )
+        code, output = _apply(stack, tmp_path, manifest)
+        assert code == 0, output
+        kcp_seen: list[int] = []
+        slot_seen: list[str] = []
+
+        async def stalled() -> dict[str, Any] | None:
+            kcp_seen.extend(scenario.kcp_processes(sandbox))
+            slot_seen.extend(await scenario.slot_names(stack, "root"))
+            shard = await stack.shard("root")
+            if scenario.condition(shard, "Stalled").get("status") == "True":
+                return shard
+            return None
+
+        shard = await wait_for("shard root Stalled=True", stalled, timeout=90)
+        assert slot_seen, "the host agent's slot was never created"
+        assert kcp_seen == [], f"kcp ran although the store does not answer: pids {kcp_seen}"
+        stalled_cond = scenario.condition(shard, "Stalled")
+        print(stalled_cond)
+        assert stalled_cond["reason"] == "StoreUnreachable", stalled_cond
+        message = stalled_cond["message"]
+        assert "none of the store endpoints answered" in message, message
+        assert endpoint in message, message
+        assert message.startswith("nothing serves yet;"), message
+        assert shard["status"]["lastRoll"]["result"] == "Aborted"
+        assert shard["status"]["lastRoll"]["reason"] == "StoreUnreachable"
+        assert not shard["status"].get("activeSlot")
+        assert _stalled_reason(stack, "root") == "StoreUnreachable"
+        event = await scenario.wait_event(stack, "root", "StoreUnreachable")
+        assert event["type"] == "Warning" and endpoint in event["message"]
+        waited = stack.kubectl("wait", "kshard/root", "--for=condition=Stalled", "--timeout=30s")
+        assert "condition met" in waited.stdout, waited
+        assert "StoreUnreachable" in _described_events(stack, "root")
+
+        async def cleaned() -> bool:
+            return (
+                await scenario.slot_names(stack, "root") == []
+                and await scenario.slot_jobs(stack, "root") == []
+            )
+
+        await wait_for("the failed slot and its Job to go", cleaned, timeout=30)
+        assert scenario.kcp_processes(sandbox) == []
+        # The host agent's log says why it never started kcp.
+        logs = "\n".join(p.read_text(errors="replace") for p in sandbox.rglob("*.log") if "root-a-" in str(p))
+        assert "none of the store endpoints answered" in logs
