@@ -24,7 +24,7 @@ from kcpshard.testing.stack import Stack, running_stack
 
 pytestmark = pytest.mark.timeout(180)
 
-FAST: dict[str, Any] = {"rsa_bits": 2048}  # quicker key generation in the stand-in
+FAST = scenario.FAST
 NODE = "local-node"
 BACKUPS = "/var/lib/kcpshard/default/root/backups"  # on the node
 
@@ -44,10 +44,7 @@ async def _roll_with_backup(stack: Stack, binary: str) -> None:
 async def test_roll_with_backup_snapshots_the_store_first(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        await scenario.wait_ready(stack)
+        port, _ = await scenario.serving_shard(stack, bin_dir)
         async with scenario.traffic(stack, port) as load:
             await _roll_with_backup(stack, make_kcp(bin_dir, "kcp-2", **FAST))
             shard = await scenario.wait_last_roll(stack, "root")

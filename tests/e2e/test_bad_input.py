@@ -28,7 +28,7 @@ from kcpshard.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
-FAST: dict[str, Any] = {"rsa_bits": 2048}  # quicker key generation in the stand-in
+FAST = scenario.FAST
 
 
 def _manifest(stack: Stack, name: str, port: int, **spec: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from kcpshard.testing.stack import running_stack
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST = {"rsa_bits": 2048}
+FAST = scenario.FAST
 LEASE = ("--shard-lease-seconds", "3")
 
 
@@ -39,10 +39,7 @@ async def test_operator_killed_at_a_step_resumes_and_finishes_the_roll(tmp_path:
             # A restarted operator waits for the killed one's per-shard Lease to expire: keep it short.
             first = stack.start_operator(*LEASE, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log")
             backup = step == Step.BACKING_UP.value
-            port = await scenario.create_shard(
-                stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-            )
-            await scenario.wait_ready(stack)
+            port, _ = await scenario.serving_shard(stack, bin_dir)
             sandbox = Path(stack.info.sandbox)
             async with scenario.traffic(stack, port) as load:
                 proxy.arm(status_step_is("root", step), lambda: os.killpg(first.popen.pid, signal.SIGKILL))
@@ -93,10 +90,7 @@ async def test_a_slot_the_roll_did_not_start_is_never_adopted(tmp_path: Path) ->
 
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        await scenario.wait_ready(stack)
+        port, _ = await scenario.serving_shard(stack, bin_dir)
         sandbox = Path(stack.info.sandbox)
         shard = await stack.shard("root")
         target = shard["spec"] | {

@@ -22,7 +22,7 @@ from kcpshard.testing.stack import Stack, processes_under, running_stack
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST = {"rsa_bits": 2048}
+FAST = scenario.FAST
 
 
 async def _roll_to(stack: Stack, binary: str, **roll: Any) -> None:
@@ -116,10 +116,7 @@ async def test_failure_before_the_flip_aborts_and_the_old_slot_keeps_serving(
 async def test_front_that_does_not_confirm_the_flip_restores_the_record(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        await scenario.wait_ready(stack)
+        port, _ = await scenario.serving_shard(stack, bin_dir)
         sandbox = Path(stack.info.sandbox)
         (agent,) = _front_agent_pids(sandbox)
         async with scenario.traffic(stack, port) as load:

@@ -17,7 +17,7 @@ from kcpshard.testing.stack import running_stack
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST = {"rsa_bits": 2048}
+FAST = scenario.FAST
 
 POST_FLIP = {
     # name: (knobs of the new kcp, roll timeouts, reason, words in the message)
@@ -43,10 +43,7 @@ async def test_failure_after_the_flip_stalls_and_never_flips_back(tmp_path: Path
     knobs, roll, reason, words = POST_FLIP[fault]
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        await scenario.wait_ready(stack)
+        port, _ = await scenario.serving_shard(stack, bin_dir)
         async with scenario.traffic(stack, port) as load:
             bad = make_kcp(bin_dir, "kcp-2", **FAST, **knobs)
             await stack.api.patch(

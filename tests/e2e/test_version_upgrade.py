@@ -29,7 +29,7 @@ from kcpshard.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST: dict[str, Any] = {"rsa_bits": 2048}  # quicker key generation in the stand-in
+FAST = scenario.FAST
 IDENTITY_CACHE = "/clusters/system:shard/api/v1/namespaces/default/configmaps/identitycache"
 ROOT_SHARD_FLAG = "--root-shard-kubeconfig-file"
 
@@ -201,10 +201,7 @@ async def _published_token(stack: Stack, other_than: str | None = None) -> dict[
 async def test_kcp_admin_kubeconfig_is_published_and_follows_the_roll(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        await scenario.wait_ready(stack)
+        port, _ = await scenario.serving_shard(stack, bin_dir)
         secret = await _published_token(stack)
         assert sorted(secret["data"]) == ["kubeconfig"]
         server, ca, token, doc = _kcp_admin(secret)

@@ -1,14 +1,17 @@
-"""Fixtures shared by the process tests of the stand-in kcp."""
+"""Fixtures shared by the process tests: real etcd, the stand-in kcp, the emulated API server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from kcpshard.testing.apiserver import EmulatedApiServer
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp.process import KcpProcess
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
 
 
 @pytest.fixture
@@ -27,3 +30,14 @@ def kcps() -> Iterator[list[KcpProcess]]:
     yield started
     for k in started:
         k.stop()
+
+
+@pytest.fixture
+async def apiserver(tmp_path: Path) -> AsyncIterator[EmulatedApiServer]:
+    """The emulated API server with this project's CRDs."""
+    server = EmulatedApiServer(tmp_path / "api", crd_paths=[CRDS / "kcpshards.yaml", CRDS / "kcpslots.yaml"])
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

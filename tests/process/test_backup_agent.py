@@ -65,22 +65,6 @@ def snapshots(directory: Path) -> list[Path]:
 
 
 @pytest.fixture
-async def etcd(tmp_path: Path) -> AsyncIterator[EtcdServer]:
-    async with EtcdServer(tmp_path / "etcd") as server:
-        yield server
-
-
-@pytest.fixture
-async def apiserver(tmp_path: Path) -> AsyncIterator[EmulatedApiServer]:
-    server = EmulatedApiServer(tmp_path / "api", crd_paths=[CRDS / "kcpshards.yaml", CRDS / "kcpslots.yaml"])
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
-
-
-@pytest.fixture
 async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
     async with ApiClient.from_kubeconfig(apiserver.kubeconfig_path) as client:
         with contextlib.suppress(Conflict):

@@ -51,6 +51,10 @@ RESYNC_SECONDS = 10.0
 
 PROBE_PREFIX = "kcpshard-probe-"
 
+# kcp renews its controller lease every retry period (2 s, client-go's leaderelection): a holder that
+# does not renew within this long is dead.
+RENEW_WINDOW_SECONDS = 7.0
+
 # The kcp release that reads identities from the cache server and leaves `identitycache` behind.
 IDENTITY_CACHE_RELEASE = Version.parse("v0.33.0")
 
@@ -556,6 +560,9 @@ class ShardReconciler:
         async with await self._kcp(obs.spec) as kcp:
             lease = await kcp.get_lease()
             new_holder = _new_holder(lease, rollout)
+            if new_holder is None and lease is not None and rollout.from_holder is None:
+                # Nobody was recorded: the holder is the new kcp if it is alive (the old slot has exited).
+                new_holder = await _renewing_holder(kcp, lease, min(RENEW_WINDOW_SECONDS, timeout / 2))
             if new_holder is None:
                 # Held by a process from before this roll's slot (or by nobody): free it for the new one.
                 stale = ((lease or {}).get("spec") or {}).get("holderIdentity") or rollout.from_holder
@@ -1044,6 +1051,21 @@ def _job_view(job: dict[str, Any]) -> plan.JobView:
         deleting=bool(job["metadata"].get("deletionTimestamp")),
         message=message,
     )
+
+
+async def _renewing_holder(kcp: KcpClient, lease: dict[str, Any], window: float) -> str | None:
+    """The lease's holder if it renews the lease within `window` seconds (it is alive), else None."""
+    spec = lease.get("spec") or {}
+    holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+    deadline = asyncio.get_running_loop().time() + window
+    while holder and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.25)
+        now_spec = ((await kcp.get_lease()) or {}).get("spec") or {}
+        if now_spec.get("holderIdentity") != holder:
+            return None
+        if now_spec.get("renewTime") != renewed:
+            return str(holder)
+    return None
 
 
 def _new_holder(lease: dict[str, Any] | None, rollout: RolloutStatus) -> str | None:

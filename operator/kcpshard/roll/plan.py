@@ -141,9 +141,16 @@ class Steady(Action):
 
 
 @dataclass(frozen=True)
-class Stall(Action):
+class Because(Action):
+    """An action that says why: a CamelCase reason and a message a person can act on."""
+
     reason: str
     message: str
+
+
+@dataclass(frozen=True)
+class Stall(Because):
+    """Do nothing more until the spec (or the retry annotation) changes."""
 
 
 @dataclass(frozen=True)
@@ -218,27 +225,18 @@ class Finish(Action):
 
 
 @dataclass(frozen=True)
-class Abort(Action):
+class Abort(Because):
     """Before the flip: stop the new slot, keep (or put back) the old one serving, stall."""
 
-    reason: str
-    message: str
-
 
 @dataclass(frozen=True)
-class Restore(Action):
+class Restore(Because):
     """Single shape: the new revision failed after the old slot stopped; start the old revision again."""
 
-    reason: str
-    message: str
-
 
 @dataclass(frozen=True)
-class Fail(Action):
+class Fail(Because):
     """After the flip: end the roll as failed and stall; never flip back on a live store."""
-
-    reason: str
-    message: str
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Any
 
 from kcpshard.api import conditions as cond
 from kcpshard.k8s.api import EVENTS, JOBS, KCPSHARDS, KCPSLOTS
+from kcpshard.testing.kcpbin import make_kcp
 from kcpshard.testing.load import KubeStyleLoad, LoadReport
 from kcpshard.testing.stack import Stack, shard_manifest
 from kcpshard.testing.tcp import free_port
@@ -200,3 +201,15 @@ def front_switches(sandbox: Path, slot: str) -> int:
         with contextlib.suppress(OSError):
             count += log.read_text(errors="replace").count(line)
     return count
+
+
+FAST: dict[str, str | float | bool] = {"rsa_bits": 2048}  # the stand-in's sa.key: quicker than kcp's 4096
+
+
+async def serving_shard(
+    stack: Stack, bin_dir: Path, name: str = "root", **spec: Any
+) -> tuple[int, dict[str, Any]]:
+    """A shard on a fresh kcp binary (`kcp-1`), once it serves; returns its front port and the shard."""
+    kcp = {"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", rsa_bits=FAST["rsa_bits"])}
+    port = await create_shard(stack, name, kcp=kcp, **spec)
+    return port, await wait_ready(stack, name)
