@@ -52,6 +52,7 @@ class ShardLock:
         self.logger = logger
         self.held = False
         self.other: str | None = None  # the other holder, while it holds the lease
+        self._renewed_at = 0.0
 
     def _body(self, lease: dict[str, Any] | None, now: datetime.datetime) -> dict[str, Any]:
         stamp = now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -79,7 +80,14 @@ class ShardLock:
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}
 
     async def try_acquire(self) -> bool:
-        """Take or renew the lease; False while another live holder has it."""
+        """Take or renew the lease; False while another live holder has it.
+
+        While held and renewed less than a third of the duration ago, no request: the reconcile loop
+        asks before every round, and the renewer keeps the lease fresh in between.
+        """
+        loop = asyncio.get_running_loop()
+        if self.held and loop.time() - self._renewed_at < self.lease_seconds / 3:
+            return True
         now = datetime.datetime.now(datetime.UTC)
         try:
             lease: dict[str, Any] | None = await self.api.get(LEASES, self.namespace, lease_name(self.shard))
@@ -103,6 +111,7 @@ class ShardLock:
         if not self.held:
             self.logger.info(f"acting on shard {self.namespace}/{self.shard} as {self.identity}")
         self.held, self.other = True, None
+        self._renewed_at = loop.time()
         return True
 
     def _lost(self, holder: str) -> None:
@@ -115,6 +124,7 @@ class ShardLock:
         while True:
             await asyncio.sleep(self.lease_seconds / 3)
             if self.held:
+                self._renewed_at = 0.0  # due now
                 with contextlib.suppress(ApiError, OSError):
                     await self.try_acquire()
 
