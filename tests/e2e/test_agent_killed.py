@@ -24,13 +24,6 @@ from kcpshard.testing.stack import Stack, running_stack
 pytestmark = pytest.mark.timeout(240)
 
 
-def _cmdline(pid: int) -> list[bytes]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return []
-
-
 def _parent(pid: int) -> int | None:
     try:
         # /proc/<pid>/stat: "pid (comm) state ppid ..."; comm may hold spaces, so split after ')'.
@@ -41,17 +34,9 @@ def _parent(pid: int) -> int | None:
 
 def slot_agent(sandbox: Path, slot_object: str) -> int | None:
     """Pid of the host agent of KcpSlot `slot_object` started under the sandbox, if it runs."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        argv = _cmdline(int(entry.name))
-        if (
-            b"agent" in argv
-            and b"slot" in argv
-            and any(str(sandbox).encode() in part for part in argv)
-            and any(pair == (b"--slot", slot_object.encode()) for pair in itertools.pairwise(argv))
-        ):
-            return int(entry.name)
+    for pid in scenario.agent_pids(sandbox, "slot"):
+        if any(pair == (b"--slot", slot_object.encode()) for pair in itertools.pairwise(scenario.argv(pid))):
+            return pid
     return None
 
 

@@ -16,7 +16,7 @@ import pytest
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, LEASES, SECRETS, NotFound, ResourceRef
 from kcpshard.testing import scenario
 from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, processes_under, running_stack
+from kcpshard.testing.stack import Stack, running_stack
 from kcpshard.testing.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -25,15 +25,7 @@ FAST = scenario.FAST
 
 
 def _commands(sandbox: Path) -> list[str]:
-    out = []
-    for pid in processes_under(sandbox):
-        try:
-            out.append(
-                Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            )
-        except OSError:
-            continue
-    return out
+    return [b" ".join(args).decode(errors="replace") for args in scenario.processes(sandbox).values()]
 
 
 async def _exists(stack: Stack, ref: ResourceRef, name: str) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NotFound
 from kcpshard.testing import scenario
 from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, processes_under, running_stack
+from kcpshard.testing.stack import Stack, running_stack
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -30,18 +30,6 @@ async def _roll_to(stack: Stack, binary: str, **roll: Any) -> None:
     if roll:
         patch["spec"]["roll"] = roll
     await stack.api.patch(KCPSHARDS, "default", "root", patch)
-
-
-def _front_agent_pids(sandbox: Path) -> list[int]:
-    pids = []
-    for pid in processes_under(sandbox):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"agent" in cmdline and b"front" in cmdline:
-            pids.append(pid)
-    return pids
 
 
 FAULTS = {
@@ -118,7 +106,7 @@ async def test_front_that_does_not_confirm_the_flip_restores_the_record(tmp_path
     async with running_stack(tmp_path / "stack") as stack:
         port, _ = await scenario.serving_shard(stack, bin_dir)
         sandbox = Path(stack.info.sandbox)
-        (agent,) = _front_agent_pids(sandbox)
+        (agent,) = scenario.agent_pids(sandbox, "front")
         async with scenario.traffic(stack, port) as load:
             os.kill(agent, signal.SIGSTOP)  # the front agent hangs; HAProxy keeps serving slot a
             try:

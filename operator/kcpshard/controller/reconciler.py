@@ -93,7 +93,6 @@ class ShardReconciler:
         self.config = config
         self.logger = logger
         self._body: dict[str, Any] = {}
-        self._busy: dict[SlotName, int] = {}
         self._lock: ShardLock | None = None
 
     # ----- the loop --------------------------------------------------------------------------
@@ -197,7 +196,7 @@ class ShardReconciler:
         except ValidationError as exc:
             await self._stall("InvalidSpec", _validation_message(exc), None, generation=generation)
             return None
-        slots = await self._observe_slots()
+        slots, busy = await self._observe_slots()
         invalid = [*kcp_flags.validate(spec), *await self._front_conflicts(spec)]
         rollout = status.rollout
         backup = None
@@ -210,7 +209,7 @@ class ShardReconciler:
             revision=revision_of(spec),
             now=datetime.datetime.now(datetime.UTC),
             slots=slots,
-            busy=self._busy,
+            busy=busy,
             invalid=tuple(invalid),
             retry_token=(meta.get("annotations") or {}).get(plan.RETRY_ANNOTATION),
             backup=backup,
@@ -243,7 +242,8 @@ class ShardReconciler:
                 )
         return out
 
-    async def _observe_slots(self) -> dict[SlotName, plan.SlotView]:
+    async def _observe_slots(self) -> tuple[dict[SlotName, plan.SlotView], dict[SlotName, int]]:
+        """The slots as their KcpSlots, Jobs and pods show them, and the live pods per slot name."""
         selector = f"{builders.LABEL_SHARD}={self.name}"
         slot_list = await self.api.list(KCPSLOTS, self.namespace, label_selector=selector)
         job_list = await self.api.list(
@@ -259,7 +259,7 @@ class ShardReconciler:
                 pod_labels = pod["metadata"].get("labels", {})
                 key = f"{pod_labels.get(builders.LABEL_SLOT)}/{pod_labels.get(builders.LABEL_REVISION)}"
                 live_pods[key] = live_pods.get(key, 0) + 1
-        self._busy = {
+        busy = {
             slot: sum(n for key, n in live_pods.items() if key.startswith(f"{slot.value}/"))
             for slot in SlotName
         }
@@ -285,7 +285,7 @@ class ShardReconciler:
                 job=_job_view(job) if job else None,
                 live_pods=live_pods.get(f"{slot.value}/{spec['revision']}", 0),
             )
-        return views
+        return views, busy
 
     async def _observe_backup(self, rollout: RolloutStatus) -> plan.BackupView | None:
         name = _backup_job_name(self.name, rollout)
@@ -979,7 +979,7 @@ class ShardReconciler:
             async with await self._kcp(spec) as kcp:
                 lease = await kcp.get_lease()
         except KcpError as exc:
-            self.logger.warning(f"could not read the controller lease before stopping the old slot: {exc}")
+            self.logger.warning(f"could not read kcp's controller lease: {exc}")
             return None
         return (lease or {}).get("spec", {}).get("holderIdentity")
 

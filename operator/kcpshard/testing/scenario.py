@@ -12,7 +12,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.k8s.api import EVENTS, JOBS, KCPSHARDS, KCPSLOTS
 from kcpshard.testing.kcpbin import make_kcp
 from kcpshard.testing.load import KubeStyleLoad, LoadReport
-from kcpshard.testing.stack import Stack, shard_manifest
+from kcpshard.testing.stack import Stack, processes_under, shard_manifest
 from kcpshard.testing.tcp import free_port
 from kcpshard.testing.waiting import wait_for
 
@@ -146,21 +146,30 @@ async def more_requests(load: KubeStyleLoad, count: int = 10) -> LoadReport:
     return load.report
 
 
+def argv(pid: int) -> list[bytes]:
+    """A process's command line as /proc has it; [] once it has exited."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
+def processes(sandbox: Path) -> dict[int, list[bytes]]:
+    """Live processes started under the sandbox (their command line names it), with their argv."""
+    found = {pid: argv(pid) for pid in processes_under(sandbox)}
+    return {pid: args for pid, args in found.items() if args}
+
+
 def kcp_processes(sandbox: Path) -> list[int]:
     """Pids of stand-in kcp processes started under the sandbox's node."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(part.endswith(b"kcpshard-fake-kcp") for part in cmdline) and any(
-            str(sandbox).encode() in part for part in cmdline
-        ):
-            out.append(int(entry.name))
-    return out
+    return [
+        pid for pid, args in processes(sandbox).items() if any(a.endswith(b"kcpshard-fake-kcp") for a in args)
+    ]
+
+
+def agent_pids(sandbox: Path, kind: str) -> list[int]:
+    """Pids of the `kcpshard agent <kind>` processes (slot, front, backup) under the sandbox."""
+    return [pid for pid, args in processes(sandbox).items() if b"agent" in args and kind.encode() in args]
 
 
 async def slot_names(stack: Stack, name: str = "root") -> list[str]:
