@@ -3,10 +3,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: bootstrap test lint typecheck pytest demo bench crds dev clean
+.PHONY: bootstrap tools test lint typecheck pytest demo bench crds dev clean
 
 bootstrap:
 	@bash hack/bootstrap.sh
+
+# The real parts (kube-apiserver, kube-controller-manager, etcd 3.6, kcp, kine) from their Go
+# modules; `make test` builds them first, each binary once per pinned version.
+tools:
+	@bash hack/tools/build.sh
 
 lint: bootstrap
 	$(BIN)/ruff check operator tests hack
@@ -15,7 +20,7 @@ lint: bootstrap
 typecheck: bootstrap
 	$(BIN)/mypy
 
-pytest: bootstrap
+pytest: bootstrap tools
 	$(BIN)/pytest
 
 test: lint typecheck pytest

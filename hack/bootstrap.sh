@@ -39,3 +39,4 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.stamp-*
   touch "$stamp"
 fi
+
