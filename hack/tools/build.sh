@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real parts the tests run on, from their Go modules, with the go.mod files beside
 # this script: kube-apiserver and kube-controller-manager, etcd and etcdctl 3.6, kcp (two
-# minors) and kine. Each binary is built once per key (its module's go.mod/go.sum, our mains,
+# minors: v0.31.2 and v0.30.0) and kine. Each binary is built once per key (its module's go.mod/go.sum, our mains,
 # the build line and the Go version) into a cache outside the checkout, and linked into
 # hack/tools/bin. A part that fails to build is reported with its module and error; the others
 # go on, and the script exits non-zero at the end.
@@ -43,8 +43,9 @@ tools() {
   echo "etcd|etcd|./cmd/etcd|0||-s -w|v3.6.16"
   echo "etcdctl|etcd|go.etcd.io/etcd/etcdctl/v3|0||-s -w|v3.6.16"
   # kcp's Makefile: CGO off, the Kubernetes version fields set to <kube>+kcp-<version>
-  echo "kcp|kcp|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.36.0+kcp-v0.32.3)|v0.32.3"
-  echo "kcp-v0.31|kcp-0.31|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.35.1+kcp-v0.31.2)|v0.31.2"
+  # (kcp/go.mod says why v0.31.2 is the newest, kcp-0.30/go.mod what the older minor needed)
+  echo "kcp|kcp|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.35.1+kcp-v0.31.2)|v0.31.2"
+  echo "kcp-v0.30|kcp-0.30|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.34.2+kcp-v0.30.0)|v0.30.0"
   # kine's scripts/build: cgo with mattn/go-sqlite3
   echo "kine|kine|github.com/k3s-io/kine|1|sqlite_unlock_notify|-s -w|v0.17.5"
 }
