@@ -4,7 +4,7 @@ client sending requests through the front, and check what is left when a roll en
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -188,15 +188,20 @@ async def slot_jobs(stack: Stack, name: str = "root") -> list[str]:
     )
 
 
-async def wait_settled(stack: Stack, name: str = "root", timeout: float = 60) -> None:
-    """Exactly one slot object, one slot Job and one kcp process are left (the active one)."""
+async def wait_settled(
+    stack: Stack,
+    name: str = "root",
+    timeout: float = 60,
+    kcps: Callable[[Path], list[int]] = kcp_processes,
+) -> None:
+    """One slot object, one slot Job and one kcp process (found by `kcps`) are left: the active ones."""
     sandbox = Path(stack.info.sandbox)
 
     async def settled() -> bool:
         return (
             len(await slot_names(stack, name)) == 1
             and len(await slot_jobs(stack, name)) == 1
-            and len(kcp_processes(sandbox)) == 1
+            and len(kcps(sandbox)) == 1
         )
 
     await wait_for(f"shard {name} down to one slot, one Job, one kcp", settled, timeout=timeout)

@@ -1,0 +1,160 @@
+"""End to end on real kcp: the binaries `make tools` builds from kcp's Go modules (hack/tools/bin).
+
+A real version upgrade (the older minor to the newer), the Single shape with its outage, the operator
+SIGKILLed at three steps, and a kcp that refuses its flags; each with a client through the front
+counting failures, and the probe on real workspaces. The stand-in keeps the faults real kcp has no knob
+for (tests/e2e/test_roll_aborts.py and others).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from kcpshard.api.conditions import SLOT_STEPS
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
+from kcpshard.kcp.client import KcpClient
+from kcpshard.roll.plan import Step
+from kcpshard.testing import scenario
+from kcpshard.testing.faultproxy import FaultProxy, status_step_is
+from kcpshard.testing.realkcp import NEWER, OLDER, RealKcp, real_kcp, real_kcp_processes
+from kcpshard.testing.stack import Stack, running_stack
+
+pytestmark = pytest.mark.timeout(600)
+
+# Real kcp starts in tens of seconds on a busy 2-core machine; the roll's own timeouts are kcp's defaults.
+READY_TIMEOUT = 300
+LEASE = ("--shard-lease-seconds", "3")
+
+
+def kcp_spec(kcp: RealKcp) -> dict[str, str]:
+    return {"version": kcp.version, "binary": kcp.binary}
+
+
+async def serving(stack: Stack, kcp: RealKcp, **spec: Any) -> int:
+    port = await scenario.create_shard(stack, kcp=kcp_spec(kcp), **spec)
+    await scenario.wait_ready(stack, timeout=READY_TIMEOUT)
+    return port
+
+
+async def served_version(port: int) -> str:
+    """What kcp answers on /version through the front (anonymous, as kcp allows)."""
+    async with httpx.AsyncClient(verify=False, timeout=10) as client:
+        resp = await client.get(f"https://127.0.0.1:{port}/version")
+        resp.raise_for_status()
+        return str(resp.json()["gitVersion"])
+
+
+async def check_rolled(stack: Stack, port: int, slot: str) -> dict[str, Any]:
+    """The roll ended Succeeded on `slot`, all six conditions True, the new kcp leads, no probe left."""
+    shard = await stack.shard("root")
+    status = shard["status"]
+    assert status["lastRoll"]["result"] == "Succeeded", status["lastRoll"]
+    assert status["activeSlot"] == slot
+    new_slot = await stack.api.get(KCPSLOTS, "default", f"root-{slot}")
+    for condition in SLOT_STEPS:
+        assert scenario.condition(new_slot, condition)["status"] == "True", (condition, new_slot["status"])
+    admin = await stack.shard_admin("root")
+    async with KcpClient(f"https://127.0.0.1:{port}", admin.ca_pem, admin.token) as kcp:
+        lease = await kcp.get_lease()
+        probes = [w for w in await kcp.list_workspaces() if w.startswith("kcpshard-probe-")]
+    assert lease is not None and lease["spec"]["holderIdentity"] == new_slot["status"]["holderIdentity"]
+    assert probes == []
+    # The probe ran on real workspaces: created, Ready (kcp's own controllers), deleted.
+    assert status["lastRoll"]["durations"]["probe"] > 0
+    return shard
+
+
+async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(tmp_path: Path) -> None:
+    older, newer = real_kcp(OLDER), real_kcp(NEWER)
+    async with running_stack(tmp_path) as stack:
+        port = await serving(stack, older)
+        assert older.version in await served_version(port)
+        sandbox = Path(stack.info.sandbox)
+        old_pids = real_kcp_processes(sandbox)
+        assert len(old_pids) == 1
+        async with scenario.traffic(stack, port) as load:
+            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"kcp": kcp_spec(newer)}})
+            await scenario.wait_last_roll(stack, "root", timeout=READY_TIMEOUT + 200)
+            await scenario.wait_settled(stack, kcps=real_kcp_processes)
+            await scenario.more_requests(load)
+        report = load.report
+        shard = await check_rolled(stack, port, "b")
+        print("real upgrade", older.version, "->", newer.version, report.summary())
+        print("report", shard["status"]["lastRoll"]["durations"])
+        assert newer.version in await served_version(port)
+        assert not any(pid in real_kcp_processes(sandbox) for pid in old_pids)  # the old kcp exited
+        assert report.failed == 0, report.failures
+        assert report.ok > 40
+
+
+async def test_real_single_shape_has_an_outage_and_comes_back(tmp_path: Path) -> None:
+    kcp = real_kcp(NEWER)
+    async with running_stack(tmp_path) as stack:
+        port = await serving(stack, kcp, shape="Single")
+        async with scenario.traffic(stack, port) as load:
+            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"extraArgs": ["-v=2"]}})
+            shard = await scenario.wait_last_roll(stack, "root", timeout=READY_TIMEOUT + 200)
+            await scenario.more_requests(load)
+        report = load.report
+        print("real Single", report.summary(), shard["status"]["lastRoll"]["durations"])
+        last = shard["status"]["lastRoll"]
+        assert last["result"] == "Succeeded", last
+        # Single is a planned outage: the report measures it, the client sees it, and serves again after.
+        assert last["durations"]["outage"] > 0
+        assert report.failed > 0
+        await check_rolled(stack, port, "a")
+
+
+KILL_AT = [Step.WAITING_READY.value, Step.HANDING_OVER_LEASE.value, Step.PROBING.value]
+
+
+@pytest.mark.parametrize("step", KILL_AT)
+async def test_real_kcp_operator_killed_at_a_step_finishes_the_roll(tmp_path: Path, step: str) -> None:
+    kcp = real_kcp(NEWER)
+    async with running_stack(tmp_path / "stack", operator=False) as stack:
+        async with FaultProxy(Path(stack.info.kubeconfig), tmp_path / "proxy") as proxy:
+            first = stack.start_operator(*LEASE, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log")
+            port = await serving(stack, kcp)
+            sandbox = Path(stack.info.sandbox)
+            async with scenario.traffic(stack, port) as load:
+                proxy.arm(status_step_is("root", step), lambda: os.killpg(first.popen.pid, signal.SIGKILL))
+                await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"extraArgs": ["-v=2"]}})
+                await asyncio.wait_for(proxy.fired.wait(), timeout=READY_TIMEOUT)
+                assert first.popen.wait(timeout=10) == -signal.SIGKILL
+                assert (await stack.shard("root"))["status"]["rollout"]["step"] == step
+                stack.start_operator(*LEASE, log="operator-2.log")
+                await scenario.wait_ready(stack, timeout=READY_TIMEOUT)
+                await scenario.wait_settled(stack, kcps=real_kcp_processes)
+                await scenario.more_requests(load)
+            report = load.report
+        print("real kill at", step, report.summary())
+        await check_rolled(stack, port, "b")
+        assert scenario.front_switches(sandbox, "b") == 1
+        assert report.failed == 0, report.failures
+
+
+async def test_real_kcp_refusing_its_flags_aborts_and_the_old_slot_serves(tmp_path: Path) -> None:
+    kcp = real_kcp(NEWER)
+    async with running_stack(tmp_path) as stack:
+        port = await serving(stack, kcp)
+        async with scenario.traffic(stack, port) as load:
+            spec = {"extraArgs": ["--no-such-flag-in-kcp"]}
+            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": spec})
+            shard = await scenario.wait_stalled(stack, timeout=READY_TIMEOUT)
+            await scenario.wait_settled(stack, kcps=real_kcp_processes)
+            await scenario.more_requests(load)
+        report = load.report
+        stalled = scenario.condition(shard, "Stalled")
+        print("real bad flag:", stalled["message"], report.summary())
+        assert stalled["reason"] == "SlotExited", stalled
+        assert shard["status"]["activeSlot"] == "a"
+        assert shard["status"]["lastRoll"]["result"] == "Aborted"
+        assert await scenario.slot_names(stack) == ["root-a"]
+        assert report.failed == 0, report.failures
