@@ -53,6 +53,7 @@ def _offending(path: Path) -> list[str]:
         "api/crds.py",
         "api/annotations.py",
         "api/history.py",
+        "k8s/duration.py",
         "plugin/render.py",
         "kcp/flags.py",
         "kcp/versions.py",

@@ -65,6 +65,11 @@ def rollout(step: str, shape: str = "BlueGreen", **stamps: str) -> dict[str, Any
     }
 
 
+def report(result: str, **fields: Any) -> dict[str, Any]:
+    """A roll's report (RollReport on the wire): a blue/green roll from slot a to b unless told."""
+    return {"result": result, "fromSlot": "a", "toSlot": "b", "shape": "BlueGreen", **fields}
+
+
 # ----- phase ---------------------------------------------------------------------------------------
 
 
@@ -148,14 +153,10 @@ def test_running_roll_marks_done_running_and_pending_steps_with_times() -> None:
 
 
 def test_failed_report_marks_the_step_it_ended_in() -> None:
-    report = {
-        "result": "Aborted",
-        "fromSlot": "a",
-        "toSlot": "b",
-        "shape": "BlueGreen",
-        "timestamps": {"started": T0, "slotCreated": T0, "aborted": "2026-03-01T10:00:06.000000Z"},
-    }
-    items = render.step_items(report, running=False)
+    aborted = report(
+        "Aborted", timestamps={"started": T0, "slotCreated": T0, "aborted": "2026-03-01T10:00:06.000000Z"}
+    )
+    items = render.step_items(aborted, running=False)
     assert [(i.mark, i.name) for i in items[:3]] == [
         (Mark.DONE, "Starting"),
         (Mark.FAILED, "WaitingReady"),
@@ -283,22 +284,19 @@ def test_status_view_while_the_front_follows_the_new_slot() -> None:
 
 
 def test_status_view_of_a_healthy_shard_lists_the_last_roll_steps() -> None:
-    report = {
-        "result": "Succeeded",
-        "fromSlot": "a",
-        "toSlot": "b",
-        "fromRevision": "r1",
-        "toRevision": "r2",
-        "shape": "BlueGreen",
-        "timestamps": {
+    succeeded = report(
+        "Succeeded",
+        fromRevision="r1",
+        toRevision="r2",
+        timestamps={
             "started": T0,
             "slotCreated": "2026-03-01T10:00:00.5Z",
             "finished": "2026-03-01T10:00:07Z",
         },
-        "durations": {"total": 7.0},
-    }
+        durations={"total": 7.0},
+    )
     lines = render.status_lines(
-        shard(conditions=READY, activeSlot="b", lastRoll=report), glyphs=render.UNICODE
+        shard(conditions=READY, activeSlot="b", lastRoll=succeeded), glyphs=render.UNICODE
     )
     assert "Status:          ✔ Healthy" in lines
     assert "Last roll:       ✔ Succeeded  slot a → b  revision r1 → r2  total 7.00s" in lines
@@ -337,25 +335,24 @@ def test_abort_without_a_roll() -> None:
 
 
 def test_history_reads_status_history_newest_first_or_the_last_roll() -> None:
-    newest = {
-        "result": "Failed",
-        "reason": "ProbeFailed",
-        "fromSlot": "b",
-        "toSlot": "a",
-        "fromRevision": "r2",
-        "toRevision": "r3",
-        "shape": "BlueGreen",
-        "timestamps": {"started": "2026-03-02T09:00:00.1Z"},
-        "durations": {"startToReady": 3.2},
-    }
-    older = {
-        "result": "Succeeded",
-        "toSlot": "a",
-        "toRevision": "r1",
-        "shape": "BlueGreen",
-        "timestamps": {"started": T0},
-        "durations": {"total": 4.0, "startToReady": 3.0},
-    }
+    newest = report(
+        "Failed",
+        reason="ProbeFailed",
+        fromSlot="b",
+        toSlot="a",
+        fromRevision="r2",
+        toRevision="r3",
+        timestamps={"started": "2026-03-02T09:00:00.1Z"},
+        durations={"startToReady": 3.2},
+    )
+    older = report(
+        "Succeeded",
+        fromSlot=None,
+        toSlot="a",
+        toRevision="r1",
+        timestamps={"started": T0},
+        durations={"total": 4.0, "startToReady": 3.0},
+    )
     lines = render.history_lines(shard(history=[newest, older], lastRoll=newest), render.ASCII)
     assert lines[0].split() == [
         "#",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kcpshard.api import conditions as cond
+from kcpshard.k8s.duration import human_duration
 from kcpshard.roll.plan import LEAVE_STAMP, POST_FLIP, Step
 
 Obj = Mapping[str, Any]
@@ -172,31 +173,9 @@ def _elapsed(since: str | None, now: datetime.datetime | None) -> str:
 
 
 def age(created: str | None, now: datetime.datetime) -> str:
-    """kubectl's AGE column (apimachinery's duration.HumanDuration)."""
+    """kubectl's AGE column."""
     at = _time(created)
-    if at is None:
-        return "<unknown>"
-    s = int((now - at).total_seconds())
-    if s < 0:
-        return "0s"
-    if s < 120:
-        return f"{s}s"
-    m = s // 60
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    h = m // 60
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    d = h // 24
-    if h < 24 * 8:
-        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
-    if d < 365 * 2:
-        return f"{d}d"
-    return f"{d // 365}y{d % 365}d" if d < 365 * 8 else f"{d // 365}y"
+    return human_duration((now - at).total_seconds()) if at is not None else "<unknown>"
 
 
 # ----- the roll as steps -------------------------------------------------------------------------
