@@ -135,12 +135,14 @@ def _key(obj: dict[str, Any]) -> str:
 async def watch_shard(
     api: ApiClient, namespace: str, name: str, *, tick: float | None = None
 ) -> AsyncIterator[Snapshot]:
-    """The shard and its slots after every change (and every `tick` seconds, when given).
+    """The shard and its slots after every change (and every `tick` seconds, when given), from the
+    first time the shard is seen (the slots' watch may answer first).
 
     A DELETED shard yields a snapshot with `shard` None, and the watch goes on.
     """
     queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
     shard: dict[str, Any] | None = None
+    seen = False
     slots: dict[str, dict[str, Any]] = {}
     with _captured_warnings() as problems:
         tasks = [
@@ -156,18 +158,21 @@ async def watch_shard(
                 try:
                     plural, event = await asyncio.wait_for(queue.get(), timeout=tick)
                 except TimeoutError:
-                    yield Snapshot(shard, sorted(slots.values(), key=_key), problems.last, changed=False)
+                    if seen:
+                        yield Snapshot(shard, sorted(slots.values(), key=_key), problems.last, changed=False)
                     continue
                 problems.last = None
                 obj = event.get("object") or {}
                 deleted = event.get("type") == "DELETED"
                 if plural == KCPSHARDS.plural:
                     shard = None if deleted else obj
+                    seen = True
                 elif deleted:
                     slots.pop(_key(obj), None)
                 else:
                     slots[_key(obj)] = obj
-                yield Snapshot(shard, sorted(slots.values(), key=_key))
+                if seen:
+                    yield Snapshot(shard, sorted(slots.values(), key=_key))
         finally:
             for task in tasks:
                 task.cancel()
