@@ -63,10 +63,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(func(rest) or 0)
 
 
-def kubectl_plugin() -> int:
-    """`kubectl kcpshard ...`: the same commands, as a kubectl plugin."""
-    return main()
-
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
-from kcpshard.k8s import builders
+from kcpshard.k8s import backup_job, builders
 
 SPEC = KcpShardSpec.model_validate(
     {
@@ -150,3 +150,34 @@ def test_published_kcp_admin_secret_goes_with_the_shard() -> None:
     assert secret["metadata"]["name"] == "root-kcp-admin"
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "shard-uid"
     assert secret["data"] == {"kubeconfig": "a3ViZWNvbmZpZw=="}
+
+
+def _containers(pod_spec: dict) -> list[dict]:
+    return [*pod_spec.get("initContainers", []), *pod_spec["containers"]]
+
+
+def test_agents_run_as_root_with_no_capability_and_no_escalation() -> None:
+    slot_pod = builders.slot_job(SHARD, SPEC, _slot())["spec"]["template"]["spec"]
+    front_pod = builders.front_deployment(SHARD, SPEC)["spec"]["template"]["spec"]
+    backup_pod = backup_job.backup_job(SHARD, SPEC, revision="abcdef1234", attempt=0)["spec"]["template"][
+        "spec"
+    ]
+    for pod in (slot_pod, front_pod, backup_pod):
+        for container in _containers(pod):
+            context = container["securityContext"]
+            # root for the hostPath the kubelet creates owned by root; nothing else
+            assert context["runAsUser"] == 0 and context["runAsNonRoot"] is False
+            assert context["allowPrivilegeEscalation"] is False and context["privileged"] is False
+            assert context["capabilities"] == {"drop": ["ALL"]}
+            assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_a_front_below_port_1024_may_bind_it() -> None:
+    low = SPEC.model_copy(update={"front": SPEC.front.model_copy(update={"port": 443})})
+    container = builders.front_deployment(SHARD, low)["spec"]["template"]["spec"]["containers"][0]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
+    # and the template hash tells the operator the front must be replaced
+    assert (
+        builders.front_deployment(SHARD, low)["metadata"]["annotations"]
+        != builders.front_deployment(SHARD, SPEC)["metadata"]["annotations"]
+    )

@@ -85,3 +85,16 @@ def test_example_validates_against_the_model() -> None:
     assert spec.front.port == 6443
     with pytest.raises(ValidationError):
         KcpShardSpec.model_validate({**doc["spec"], "shape": "Purple"})
+
+
+def test_no_category_is_also_a_resource_name() -> None:
+    # kubectl expands a category before it looks a name up: `kubectl get kcpshard root` failed with
+    # "you must specify only one resource" while `kcpshard` was both a category and a singular name.
+    names: set[str] = set()
+    categories: set[str] = set()
+    for crd in (crds.kcpshard_crd(), crds.kcpslot_crd()):
+        given = crd["spec"]["names"]
+        names |= {given["plural"], given["singular"], given["kind"].lower(), *given["shortNames"]}
+        categories |= set(given["categories"])
+    assert categories == {"kcp"}
+    assert categories & names == set()

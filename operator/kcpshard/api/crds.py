@@ -17,6 +17,9 @@ from kcpshard.api.models import GROUP, VERSION, KcpShardSpec, KcpShardStatus, Kc
 
 _DROP_KEYS = {"title"}
 
+# `kubectl get kcp` lists both kinds.
+CATEGORY = "kcp"
+
 
 def _condition_column(name: str, cond: str, priority: int = 0, field: str = "status") -> dict[str, Any]:
     column: dict[str, Any] = {
@@ -121,7 +124,9 @@ def _crd(
                 "plural": plural,
                 "singular": kind.lower(),
                 "shortNames": [short],
-                "categories": ["kcp", "kcpshard"],
+                # Not a resource name: kubectl expands a category before it looks up a name, so a
+                # category `kcpshard` (the singular of KcpShard) made `kubectl get kcpshard root` fail.
+                "categories": [CATEGORY],
             },
             "versions": [
                 {

@@ -306,6 +306,10 @@ class KcpShardStatus(Model):
             "(a recovery roll in between does not clear it).",
         ),
     ] = None
+    history: Annotated[
+        list[RollReport] | None,
+        Field(description="Reports of the last rolls, newest first (at most five; lastRoll is the first)."),
+    ] = None
     front: FrontStatus | None = None
     active_spec: Annotated[
         dict[str, Any] | None,

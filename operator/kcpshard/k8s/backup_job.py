@@ -18,6 +18,7 @@ from kcpshard.k8s.builders import (
     LABEL_REVISION,
     _downward_env,
     _state_volume,
+    agent_security_context,
     labels,
     owner_reference,
     shard_state_dir,
@@ -108,6 +109,7 @@ def backup_job(
                             "command": command,
                             "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}],
                             "volumeMounts": [mount],
+                            "securityContext": agent_security_context(),
                         }
                     ],
                     "volumes": [volume],

@@ -106,6 +106,31 @@ def _state_volume() -> tuple[dict[str, Any], dict[str, Any]]:
     return volume, mount
 
 
+def agent_security_context(*, bind_below_1024: bool = False) -> dict[str, Any]:
+    """The container securityContext of the agents (host agent, front agent, backup): root, nothing more.
+
+    They need root, not more: they write under the hostPath /var/lib/kcpshard, which the kubelet
+    creates owned by root with mode 0755, and kcp (the host agent's child) writes its root directory
+    there. A non-root agent would need that folder chowned on the node first, which a pod can only do
+    with CAP_CHOWN. They run with hostNetwork because kcp binds a free port on the node, reached by the
+    front on 127.0.0.1, and the front listens on the shard's address. Every capability is dropped (root
+    still owns what it creates), except NET_BIND_SERVICE for a front on a port below 1024. The root
+    filesystem stays writable: HAProxy's runtime socket and the backup's etcd TLS files live in /tmp.
+    The operator itself runs as non-root (deploy/base/operator.yaml).
+    """
+    capabilities: dict[str, Any] = {"drop": ["ALL"]}
+    if bind_below_1024:
+        capabilities["add"] = ["NET_BIND_SERVICE"]
+    return {
+        "runAsUser": 0,
+        "runAsNonRoot": False,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": capabilities,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def _downward_env() -> list[dict[str, Any]]:
     return [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -197,6 +222,7 @@ def slot_job(
                             "command": command,
                             "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}],
                             "volumeMounts": [mount],
+                            "securityContext": agent_security_context(),
                         }
                     ],
                     "volumes": [volume],
@@ -288,6 +314,7 @@ def front_deployment(
                             "command": command,
                             "env": _downward_env(),
                             "volumeMounts": [mount],
+                            "securityContext": agent_security_context(bind_below_1024=spec.front.port < 1024),
                         }
                     ],
                     "volumes": [volume],

@@ -1,0 +1,5 @@
+import sys
+
+from kcpshard.plugin.cli import main
+
+sys.exit(main())
