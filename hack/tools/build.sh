@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real parts the tests run on, from their Go modules, with the go.mod files beside
 # this script: kube-apiserver and kube-controller-manager, etcd and etcdctl 3.6, kcp (two
-# minors: v0.31.2 and v0.30.0) and kine. Each binary is built once per key (its module's go.mod/go.sum, our mains,
-# the build line and the Go version) into a cache outside the checkout, and linked into
+# minors: v0.31.2 and v0.30.0), kine, and kstatus (a checker of Flux's health rule). Each binary
+# is built once per key (its module's go.mod/go.sum, our mains, the build line and the Go
+# version) into a cache outside the checkout, and linked into
 # hack/tools/bin. A part that fails to build is reported with its module and error; the others
 # go on, and the script exits non-zero at the end.
 #
@@ -48,6 +49,8 @@ tools() {
   echo "kcp-v0.30|kcp-0.30|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.34.2+kcp-v0.30.0)|v0.30.0"
   # kine's scripts/build: cgo with mattn/go-sqlite3
   echo "kine|kine|github.com/k3s-io/kine|1|sqlite_unlock_notify|-s -w|v0.17.5"
+  # Flux's health rule, computed by sigs.k8s.io/cli-utils' kstatus (tests/process/test_kstatus.py)
+  echo "kstatus|kstatus|.|0||-s -w|cli-utils-v0.37.2"
 }
 
 key_of() { # module dir, build line
@@ -59,7 +62,9 @@ key_of() { # module dir, build line
 wanted=("$@")
 failed=()
 while IFS='|' read -r name dir pkg cgo tags ldflags version; do
-  if [ ${#wanted[@]} -gt 0 ] && [[ ! " ${wanted[*]} " =~ " $name " ]]; then continue; fi
+  if [ ${#wanted[@]} -gt 0 ]; then
+    case " ${wanted[*]} " in *" $name "*) ;; *) continue ;; esac
+  fi
   key=$(key_of "$dir" "$pkg $cgo $tags $ldflags")
   target="$cache/$name-$version-$key"
   if [ -x "$target" ]; then

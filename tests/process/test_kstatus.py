@@ -2,16 +2,13 @@
 library behind Flux's healthChecks and `wait`), over the objects recorded from real rolls that the
 Argo CD health check is tested on.
 
-`hack/tools/kstatus` is a tiny Go program around `status.Compute`; the test builds it into
-hack/tools/bin (git-ignored) when it is missing or its sources changed.
+`hack/tools/kstatus` is a tiny Go program around `status.Compute`; `make tools` builds it into
+hack/tools/bin (git-ignored) with the other real parts.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -23,41 +20,11 @@ BIN_DIR = REPO / "hack" / "tools" / "bin"
 BINARY = BIN_DIR / "kstatus"
 TESTDATA = REPO / "deploy" / "argocd" / "resource_customizations" / "kcpshard.dev" / "KcpShard" / "testdata"
 
-pytestmark = pytest.mark.timeout(900)  # a cold build fetches and compiles k8s.io/apimachinery
-
-
-def _go() -> str:
-    found = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if os.access(p, os.X_OK)), None)
-    if found is None:
-        pytest.fail(
-            "Go is needed to build hack/tools/kstatus (kstatus is a Go library): install Go 1.26 or newer"
-        )
-    return found
-
-
-def _stamp() -> Path:
-    digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "main.go"):
-        digest.update((SOURCE / name).read_bytes())
-    return BIN_DIR / f".kstatus-{digest.hexdigest()[:16]}"
-
 
 @pytest.fixture(scope="module")
 def kstatus() -> Path:
-    stamp = _stamp()
-    if not (BINARY.exists() and stamp.exists()):
-        BIN_DIR.mkdir(parents=True, exist_ok=True)
-        built = subprocess.run(
-            [_go(), "build", "-trimpath", "-o", str(BINARY), "."],
-            cwd=SOURCE,
-            capture_output=True,
-            text=True,
-            timeout=840,
-        )
-        assert built.returncode == 0, f"go build of hack/tools/kstatus failed:\n{built.stderr}"
-        for old in BIN_DIR.glob(".kstatus-*"):
-            old.unlink()
-        stamp.touch()
+    if not BINARY.exists():
+        pytest.fail(f"{BINARY} is missing: run `make tools` (hack/tools/build.sh builds it with Go)")
     return BINARY
 
 

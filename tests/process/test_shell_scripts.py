@@ -15,7 +15,9 @@ import yaml
 from kcpshard.k8s.builders import DEFAULT_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = sorted((REPO / "hack").glob("*.sh"))
+SCRIPTS = sorted(
+    [*(REPO / "hack").glob("*.sh"), *(REPO / "hack" / "tools").glob("*.sh"), REPO / ".ci" / "run"]
+)
 KIND_E2E = REPO / "hack" / "kind-e2e.sh"
 KUBECTL = Path(sys.executable).parent / "kubectl"
 
