@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kcpshard.kcp.client import LEASE_PATH, WORKSPACES_PATH, KcpClient
+from kcpshard.kcp.client import LEASE_PATH, OWNER_ANNOTATION, WORKSPACES_PATH, KcpClient
 from kcpshard.kcp.errors import KcpError, KcpTimeout
 
 TOKEN = "very-secret-shard-admin-token"
@@ -163,11 +163,14 @@ class FakeWorkspaces:
         self.items: dict[str, dict[str, Any]] = {}
         self.deleting: set[str] = set()
         self.never_ready = never_ready
+        self.owners: dict[str, Any] = {}
 
     def __call__(self, req: httpx.Request) -> httpx.Response:
         path = req.url.path
         if req.method == "POST" and path == WORKSPACES_PATH:
-            name = json.loads(req.content)["metadata"]["name"]
+            meta = json.loads(req.content)["metadata"]
+            name = meta["name"]
+            self.owners[name] = json.loads(meta.get("annotations", {}).get(OWNER_ANNOTATION, "null"))
             if name in self.items:
                 return status(409, "AlreadyExists", f"workspaces {name} already exists")
             self.items[name] = {"metadata": {"name": name}, "status": {}}
@@ -215,6 +218,15 @@ async def test_create_workspace_is_idempotent() -> None:
         first = await c.create_workspace("w1")
         again = await c.create_workspace("w1")
     assert first["metadata"]["name"] == again["metadata"]["name"] == "w1"
+
+
+async def test_the_probe_workspace_names_its_owner() -> None:
+    # kcp records no owner for system:masters (the shard-admin), and a workspace without one never
+    # leaves Initializing on real kcp: the probe names the owner itself.
+    ws = FakeWorkspaces()
+    async with client(ws) as c:
+        await c.create_workspace("w1")
+    assert ws.owners["w1"] == {"username": "shard-admin", "groups": ["system:masters"]}
 
 
 async def test_delete_configmap_path_keeps_cluster_colon() -> None:

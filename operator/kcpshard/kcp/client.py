@@ -41,6 +41,14 @@ _MAX_MESSAGE = 300
 T = TypeVar("T")
 
 
+# kcp records a workspace's owner from the request's user, except for system:masters (the shard-admin
+# is one: pkg/admission/workspace), and its APIBinding initializer impersonates that owner; with no
+# owner a workspace never leaves Initializing ("had no user recorded"). So the probe names one: the
+# shard-admin identity that creates it. The annotation is reserved to system:masters, as we are.
+OWNER_ANNOTATION = "experimental.tenancy.kcp.io/owner"
+PROBE_OWNER = json.dumps({"username": "shard-admin", "groups": ["system:masters"]}, separators=(",", ":"))
+
+
 @functools.lru_cache(maxsize=16)
 def _ssl_context(ca_pem: bytes) -> ssl.SSLContext:
     try:
@@ -190,7 +198,7 @@ class KcpClient:
         body = {
             "apiVersion": "tenancy.kcp.io/v1alpha1",
             "kind": "Workspace",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "annotations": {OWNER_ANNOTATION: PROBE_OWNER}},
             "spec": {},
         }
         resp = await self._request("POST", WORKSPACES_PATH, body=body)
