@@ -43,9 +43,11 @@ async def serving(stack: Stack, kcp: RealKcp, **spec: Any) -> int:
     return port
 
 
-async def served_version(port: int) -> str:
-    """What kcp answers on /version through the front (anonymous, as kcp allows)."""
-    async with httpx.AsyncClient(verify=False, timeout=10) as client:
+async def served_version(stack: Stack, port: int) -> str:
+    """What kcp answers on /version through the front (kcp refuses it to anonymous users)."""
+    admin = await stack.shard_admin("root")
+    headers = {"Authorization": f"Bearer {admin.token}"}
+    async with httpx.AsyncClient(verify=False, timeout=10, headers=headers) as client:
         resp = await client.get(f"https://127.0.0.1:{port}/version")
         resp.raise_for_status()
         return str(resp.json()["gitVersion"])
@@ -75,7 +77,7 @@ async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(tm
     older, newer = real_kcp(OLDER), real_kcp(NEWER)
     async with running_stack(tmp_path) as stack:
         port = await serving(stack, older)
-        assert older.version in await served_version(port)
+        assert older.version in await served_version(stack, port)
         sandbox = Path(stack.info.sandbox)
         old_pids = real_kcp_processes(sandbox)
         assert len(old_pids) == 1
@@ -88,7 +90,7 @@ async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(tm
         shard = await check_rolled(stack, port, "b")
         print("real upgrade", older.version, "->", newer.version, report.summary())
         print("report", shard["status"]["lastRoll"]["durations"])
-        assert newer.version in await served_version(port)
+        assert newer.version in await served_version(stack, port)
         assert not any(pid in real_kcp_processes(sandbox) for pid in old_pids)  # the old kcp exited
         assert report.failed == 0, report.failures
         assert report.ok > 40
