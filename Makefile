@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: bootstrap tools test lint typecheck pytest demo bench crds dev clean
+.PHONY: bootstrap tools test lint typecheck pytest demo bench fidelity crds dev clean
 
 bootstrap:
 	@bash hack/bootstrap.sh
@@ -30,6 +30,10 @@ demo: bootstrap
 
 bench: bootstrap
 	$(BIN)/python hack/bench.py
+
+# The stand-in kcp measured against real kcp, side by side (RUNS=3 by default).
+fidelity: bootstrap tools
+	$(BIN)/python hack/fidelity.py
 
 crds: bootstrap
 	$(BIN)/kcpshard crds

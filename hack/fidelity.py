@@ -25,9 +25,11 @@ from typing import Any
 import httpx
 import yaml
 
+from kcpshard.kcp.client import OWNER_ANNOTATION, PROBE_OWNER
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp import binary_path
 from kcpshard.testing.fakekcp.process import KcpProcess
+from kcpshard.testing.tcp import free_port
 
 TOOLS = Path(__file__).resolve().parent / "tools" / "bin"
 LEASE = "/clusters/system:admin/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kcp-controllers"
@@ -71,10 +73,16 @@ def _rss_mib(pid: int) -> float:
 
 def _start(binary: str, root: Path, etcd: str, prefix: str, log: Path) -> tuple[KcpProcess, float]:
     os.environ["KCP_BINARY"] = binary
+    # A fixed port here (a slot binds a free one): kcp schedules workspaces to its shard's base URL,
+    # which must reach it; the operator points that URL at the front instead.
+    port = free_port()
+    url = f"https://127.0.0.1:{port}"
     args = [
-        "--secure-port=0",
-        "--experimental-bind-free-port",
+        f"--secure-port={port}",
         "--bind-address=127.0.0.1",
+        f"--shard-base-url={url}",
+        f"--shard-external-url={url}",
+        f"--shard-virtual-workspace-url={url}",
         f"--etcd-servers={etcd}",
         f"--etcd-prefix={prefix}",
         "--enable-leader-election",
@@ -128,7 +136,8 @@ def _lease_pickup(kcp: KcpProcess) -> tuple[float, str]:
 
 
 def _workspace_ready(kcp: KcpProcess, name: str) -> float:
-    body = {"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": {"name": name}}
+    meta = {"name": name, "annotations": {OWNER_ANNOTATION: PROBE_OWNER}}  # as the operator's probe
+    body = {"apiVersion": "tenancy.kcp.io/v1alpha1", "kind": "Workspace", "metadata": meta}
     with kcp.client(timeout=10) as c:
         begin = time.monotonic()
         resp = c.post(WORKSPACES, json=body)
