@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fakes import LOG, REV, SPEC, RecordedEvents, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api import conditions as cond
 from kcpshard.controller.config import OperatorConfig
@@ -174,3 +176,44 @@ async def test_a_single_roll_failing_before_the_flip_reads_the_lease_and_restore
         "Starting",
     )
     assert kcp.calls == [("get_lease",), ("close",)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"kcp": {"version": "v0.99.0"}}, ["kcp v0.99.0 is not supported", "this operator knows kcp"]),
+        (
+            {"shard": {"name": "beta", "root": False}},
+            ["a non-root shard needs shard.cacheKubeconfigSecretRef (kcp --cache-kubeconfig)"],
+        ),
+    ],
+    ids=["unknown-kcp-version", "non-root-without-cache-kubeconfig"],
+)
+async def test_an_invalid_spec_stalls_before_anything_starts(spec: dict[str, Any], words: list[str]) -> None:
+    """A new shard whose spec only the operator can judge wrong: after first sight and its shared
+    Secret, Stalled=True InvalidSpec with a message naming what to change, one Warning Event saying
+    the same, and no front, no KcpSlot, no Job (so no kcp process)."""
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    body = shard_body()
+    body["spec"] |= spec
+    api.put(KCPSHARDS, body)
+    r = reconciler(api, kcp, events)
+    waits = [await r.reconcile_once() for _ in range(4)]
+    assert waits == [None, None, RESYNC_SECONDS, RESYNC_SECONDS]
+    assert api.writes() == [
+        ("replace", "kcpshards/status", "root"),  # first sight
+        ("create", "secrets", "root-shared"),
+        ("replace", "kcpshards/status", "root"),  # the stall, once
+    ]
+    status = shard_status(api)
+    stalled = cond.find(status["conditions"], "Stalled")
+    ready = cond.find(status["conditions"], "Ready")
+    assert stalled is not None and ready is not None
+    assert (stalled["status"], stalled["reason"]) == ("True", "InvalidSpec")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    for word in words:
+        assert word in stalled["message"]
+    assert not status.get("activeSlot") and status["observedGeneration"] == 2
+    assert events.posted == [("InvalidSpec", stalled["message"], True)]
+    assert api.names(KCPSLOTS) == [] and api.names(JOBS) == [] and api.names(DEPLOYMENTS) == []
+    assert kcp.calls == []
