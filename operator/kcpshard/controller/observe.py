@@ -20,7 +20,17 @@ from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import KcpConnect, NoRootMaterial, lease_reading
 from kcpshard.controller.shard_index import ShardIndex
 from kcpshard.k8s import backup_job, builders
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, PODS, SECRETS, ApiClient, NotFound
+from kcpshard.k8s.api import (
+    DEPLOYMENTS,
+    JOBS,
+    KCPSHARDS,
+    KCPSLOTS,
+    PODS,
+    SECRETS,
+    ApiClient,
+    NotFound,
+    ResourceRef,
+)
 from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.actions import Step
 from kcpshard.roll.observed import (
@@ -111,7 +121,7 @@ class Observer:
             reading = LeaseReading(error=str(exc))
         return replace(obs, kcp_lease=reading)
 
-    async def _exists(self, ref: Any, name: str) -> bool:
+    async def _exists(self, ref: ResourceRef, name: str) -> bool:
         try:
             await self.api.get(ref, self.namespace, name)
         except NotFound:

@@ -51,6 +51,19 @@ def progressing(status: dict[str, Any], generation: int, message: str) -> dict[s
     )
 
 
+def stalled_conditions(
+    status: dict[str, Any], generation: int, reason: str, message: str, *, reconciling: str
+) -> dict[str, Any]:
+    """Stalled=True and not Ready, for `reason`; Reconciling=False (with `reconciling` as its reason)."""
+    return with_conditions(
+        status,
+        generation,
+        ready=("False", reason, message),
+        reconciling=("False", reconciling, ""),
+        stalled=("True", reason, message),
+    )
+
+
 def first_sight(generation: int) -> StatusFn:
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         if status.get("conditions"):
@@ -72,13 +85,7 @@ def stall(generation: int, reason: str, message: str) -> StatusFn:
             return None
         if not status.get("rollout"):
             status["observedGeneration"] = generation
-        return with_conditions(
-            status,
-            generation,
-            ready=("False", reason, message),
-            reconciling=("False", reason, ""),
-            stalled=("True", reason, message),
-        )
+        return stalled_conditions(status, generation, reason, message, reconciling=reason)
 
     return change
 
@@ -204,13 +211,7 @@ def end_roll(
         status.pop("rollout", None)
         status["lastRoll"] = status["failedRoll"] = dump(report)
         status["observedGeneration"] = rollout.target_generation or generation
-        return with_conditions(
-            status,
-            generation,
-            ready=("False", reason, message),
-            reconciling=("False", reconciling, ""),
-            stalled=("True", reason, message),
-        )
+        return stalled_conditions(status, generation, reason, message, reconciling=reconciling)
 
     return change
 

@@ -43,10 +43,9 @@ from kcpshard.roll.actions import (
     StopSlot,
     UpdateFront,
     Wait,
-    WatchLeaseHolder,
 )
 from kcpshard.roll.conflicts import front_conflicts
-from kcpshard.roll.failures import POST_FLIP, after_flip, failure_action, pre_flip_failure
+from kcpshard.roll.failures import after_flip, failure_action
 from kcpshard.roll.observed import (
     BackupView,
     FrontWorkload,
@@ -69,10 +68,9 @@ from kcpshard.roll.outcomes import (
 from kcpshard.roll.report import LEAVE_STAMP, REPORT_SPANS, RETRY_ANNOTATION, durations, stall_message
 from kcpshard.roll.rollout import deadline, expected_revision, roll_spec
 
-# The plan is the roll's one entry: its actions, views and report helpers are reachable from here.
+# The roll's one entry for the loop and the tests: its functions, and the types and helpers it decides with.
 __all__ = [
     "LEAVE_STAMP",
-    "POST_FLIP",
     "REPORT_SPANS",
     "RESYNC_SECONDS",
     "RETRY_ANNOTATION",
@@ -94,21 +92,17 @@ __all__ = [
     "Probe",
     "RequestDrain",
     "Restore",
-    "ShardOnly",
     "SlotView",
     "StartBackup",
     "Steady",
     "Step",
     "StopSlot",
-    "WatchLeaseHolder",
     "durations",
     "expected_revision",
     "failure_action",
     "invalid",
     "next_action",
     "pause",
-    "pre_flip_failure",
-    "stall_message",
 ]
 
 
