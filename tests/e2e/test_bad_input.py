@@ -128,14 +128,12 @@ async def test_schema_refuses_the_manifest_and_nothing_is_created(tmp_path: Path
 
 
 OPERATOR: dict[str, tuple[dict[str, Any], list[str]]] = {
-    # case: (spec fields, words the Stalled message must hold)
+    # case: (spec fields, words the Stalled message must hold). One case shows what a person sees with
+    # kubectl; each other invalid spec differs only in its message, which the unit test
+    # test_reconcile_round.py::test_an_invalid_spec_stalls_before_anything_starts proves per case.
     "non-root-without-cache-kubeconfig": (
         {"shard": {"name": "beta", "root": False}},
         ["a non-root shard needs shard.cacheKubeconfigSecretRef (kcp --cache-kubeconfig)"],
-    ),
-    "unknown-kcp-version": (
-        {"kcp": {"version": "v0.99.0", "binary": "kcpshard-fake-kcp"}},
-        ["kcp v0.99.0 is not supported", "this operator knows kcp"],
     ),
 }
 

@@ -26,9 +26,9 @@ import pytest
 from kcpshard.agent import front as front_module
 from kcpshard.agent.front import FrontAgent
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
+from kcpshard.testing.apiserver import EmulatedApiServer
 from kcpshard.testing.tcp import Client, Echo, eventually, free_port
 
-REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "default"
 SHARD = "alpha"
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin") or ""
@@ -40,21 +40,8 @@ pytestmark = [
 
 
 @pytest.fixture
-async def api_server(tmp_path: Path) -> AsyncIterator[Any]:
-    apiserver = pytest.importorskip("kcpshard.testing.apiserver", reason="no emulated API server yet")
-    if not hasattr(apiserver, "EmulatedApiServer"):
-        pytest.skip("the emulated API server (kcpshard.testing.apiserver.EmulatedApiServer) is not there yet")
-    server = apiserver.EmulatedApiServer(
-        tmp_path / "api", crd_paths=[REPO / "crds" / "kcpshards.yaml", REPO / "crds" / "kcpslots.yaml"]
-    )
-    await server.start()
-    yield server
-    await server.stop()
-
-
-@pytest.fixture
-async def api(api_server: Any) -> AsyncIterator[ApiClient]:
-    client = ApiClient.from_kubeconfig(api_server.kubeconfig_path)
+async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
+    client = ApiClient.from_kubeconfig(apiserver.kubeconfig_path)
     yield client
     await client.aclose()
 
@@ -115,9 +102,11 @@ def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path) -> Agent:
 
 
 @pytest.fixture
-async def agent(api_server: Any, api: ApiClient, tmp_path: Path, front_port: int) -> AsyncIterator[Agent]:
+async def agent(
+    apiserver: EmulatedApiServer, api: ApiClient, tmp_path: Path, front_port: int
+) -> AsyncIterator[Agent]:
     await api.create(KCPSHARDS, NAMESPACE, shard_body(front_port))
-    running = spawn_agent(Path(api_server.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
+    running = spawn_agent(Path(apiserver.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
     try:
         yield running
     finally:
@@ -239,7 +228,7 @@ async def test_front_agent_restarts_a_dead_haproxy_and_stops_on_sigterm(
 
 
 async def test_front_agent_reports_a_taken_port_and_serves_once_it_is_free(
-    api_server: Any, api: ApiClient, tmp_path: Path, echoes: tuple[Echo, Echo]
+    apiserver: EmulatedApiServer, api: ApiClient, tmp_path: Path, echoes: tuple[Echo, Echo]
 ) -> None:
     a, _ = echoes
     taken = socket.socket()
@@ -248,7 +237,7 @@ async def test_front_agent_reports_a_taken_port_and_serves_once_it_is_free(
         taken.listen()
         port = int(taken.getsockname()[1])
         await api.create(KCPSHARDS, NAMESPACE, shard_body(port))
-        agent = spawn_agent(Path(api_server.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
+        agent = spawn_agent(Path(apiserver.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
         try:
 
             async def error_reported() -> bool:

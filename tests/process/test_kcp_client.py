@@ -25,7 +25,7 @@ from kcpshard.kcp import readyz
 from kcpshard.kcp.client import KcpClient
 from kcpshard.kcp.errors import KcpError
 from kcpshard.kcp.flags import SlotPaths, kcp_start_args
-from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin_from_file
+from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp import binary_path
 from kcpshard.testing.fakekcp.rootfiles import ensure_serving_cert
@@ -64,7 +64,7 @@ class Slot:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def admin(self) -> ShardAdmin:
-        return shard_admin_from_file(str(self.root / "admin.kubeconfig"))
+        return shard_admin((self.root / "admin.kubeconfig").read_bytes())
 
     def client(self, token: str | None = None) -> KcpClient:
         creds = self.admin()
@@ -126,13 +126,15 @@ def start_slot(tmp_path: Path, etcd: EtcdServer) -> Iterator[Callable[..., Slot]
         slot.stop(signal.SIGKILL)
 
 
-async def wait_ready(client: KcpClient, seconds: float = 20.0) -> str:
+async def wait_ready(client: KcpClient, seconds: float = 20.0) -> None:
+    """Until kcp answers an authenticated request through `client` (it serves once it is ready)."""
     deadline = time.monotonic() + seconds
     while True:
-        ok, body = await client.readyz()
-        if ok:
-            return body
-        assert time.monotonic() < deadline, f"not ready: {body}"
+        try:
+            await client.list_workspaces()
+            return
+        except KcpError as exc:
+            assert time.monotonic() < deadline, f"not serving: {exc}"
         await asyncio.sleep(0.05)
 
 
@@ -158,7 +160,7 @@ async def test_slot_readyz_trusts_only_the_shard_ca(start_slot: Callable[..., Sl
     # Through KcpClient the hostname is checked too: the slot cert names 127.0.0.1 (the loopback the front
     # reaches), and the slot's own CA verifies it.
     async with slot.client() as c:
-        assert await wait_ready(c) == "ok"
+        await wait_ready(c)
 
 
 @pytest.fixture
@@ -197,8 +199,8 @@ async def test_slot_readyz_does_not_check_the_hostname(front_named_readyz: tuple
         assert await readyz.probe(client, port) == readyz.Readyz(True, "ok")
     # The same server through a hostname-checking client fails: the cert does not name 127.0.0.1.
     async with KcpClient(f"https://127.0.0.1:{port}", ca, "unused") as c:
-        ok, body = await c.readyz()
-    assert not ok and "CERTIFICATE_VERIFY_FAILED" in body
+        with pytest.raises(KcpError, match="CERTIFICATE_VERIFY_FAILED"):
+            await c.get_lease()
 
 
 async def test_lease_handover_between_two_processes(start_slot: Callable[..., Slot]) -> None:

@@ -56,28 +56,6 @@ def status(code: int, reason: str, message: str) -> httpx.Response:
     return httpx.Response(code, json=body)
 
 
-async def test_readyz_is_anonymous_and_reports_body() -> None:
-    seen: list[httpx.Request] = []
-
-    def handler(req: httpx.Request) -> httpx.Response:
-        seen.append(req)
-        return httpx.Response(500, text="[-]poststarthook/bootstrap failed\nreadyz check failed")
-
-    async with client(handler) as c:
-        ok, body = await c.readyz()
-    assert not ok and "[-]poststarthook" in body
-    assert "authorization" not in seen[0].headers
-
-
-async def test_readyz_connection_error_is_not_ready() -> None:
-    def handler(req: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("Connection refused")
-
-    async with client(handler) as c:
-        ok, body = await c.readyz()
-    assert not ok and "Connection refused" in body
-
-
 async def test_lease_get_and_delete() -> None:
     lease = {"kind": "Lease", "spec": {"holderIdentity": "host_1"}}
     calls: list[tuple[str, str]] = []

@@ -12,7 +12,6 @@ from kcpshard.kcp.kubeconfig import (
     base_url,
     kcp_admin_kubeconfig,
     shard_admin,
-    shard_admin_from_file,
 )
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -94,14 +93,6 @@ def test_invalid_yaml_error_does_not_quote_the_text() -> None:
     with pytest.raises(KubeconfigError) as info:
         shard_admin(text)
     assert SHARD_TOKEN not in str(info.value)
-
-
-def test_from_file_errors_are_short(tmp_path: Any) -> None:
-    with pytest.raises(KubeconfigError, match="cannot read"):
-        shard_admin_from_file(str(tmp_path / "nope"))
-    path = tmp_path / "admin.kubeconfig"
-    path.write_text(yaml.safe_dump(admin_kubeconfig()))
-    assert shard_admin_from_file(str(path)).token == SHARD_TOKEN
 
 
 @pytest.mark.parametrize(

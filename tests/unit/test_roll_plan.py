@@ -14,6 +14,7 @@ import pytest
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import (
     BackupReport,
+    Condition,
     FrontStatus,
     KcpShardSpec,
     KcpShardStatus,
@@ -46,6 +47,12 @@ OLD_SPEC = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version":
 OLD_SPEC_JSON = OLD_SPEC.model_dump(mode="json", by_alias=True, exclude_none=True)
 FRONT_UP = FrontStatus(observed_at=STAMP)
 REPORT = BackupReport(job="shard1-backup", path="/var/lib/kcp/backup.db", seconds=1.5)
+SEEN = Condition(type="Ready", status="Unknown", reason="Observed", last_transition_time=STAMP)
+NO_LEASE = plan.LeaseReading(found=False)  # kcp's controller lease as read: there is none
+
+
+SPEC_JSON = SPEC.model_dump(mode="json", by_alias=True, exclude_none=True)
+URL = "https://127.0.0.1:6443"  # the front of SPEC
 
 
 def at(seconds: float) -> datetime.datetime:
@@ -76,6 +83,11 @@ def ready_slot(name: SlotName, port: int = 4321, revision: str = REV) -> plan.Sl
     return slot(name, revision, conditions=ready_conditions("Seeded", "Listening", "Ready"), port=port)
 
 
+def created(name: SlotName, revision: str, *, start: int = 0, spec: KcpShardSpec = SPEC) -> plan.CreateSlot:
+    """The slot this roll creates (roll id ROLL_ID)."""
+    return plan.CreateSlot(name, revision, start, spec, roll_id=ROLL_ID)
+
+
 def rollout(step: Step, *, from_slot: str | None = "a", to_slot: str = "b", **kw: Any) -> RolloutStatus:
     kw.setdefault("from_revision", "old" if from_slot else None)
     kw.setdefault("id", ROLL_ID)
@@ -101,22 +113,33 @@ def observe(
     slots: dict[SlotName, plan.SlotView] | None = None,
     *,
     now: datetime.datetime = T0,
-    invalid: tuple[str, ...] = (),
     spec: KcpShardSpec = SPEC,
     retry_token: str | None = None,
     backup: plan.BackupView | None = None,
+    kcp_lease: plan.LeaseReading | None = NO_LEASE,
+    **more: Any,
 ) -> plan.Observed:
+    status = status or KcpShardStatus()
+    if not status.conditions:  # seen before: first sight is tested on its own
+        status = status.model_copy(update={"conditions": [SEEN]})
+    # the specs recorded in status, parsed once as the observer does
+    recorded = status.rollout.target_spec if status.rollout else None
+    more.setdefault("target_spec", KcpShardSpec.model_validate(recorded) if recorded else None)
+    more.setdefault(
+        "active_spec", KcpShardSpec.model_validate(status.active_spec) if status.active_spec else None
+    )
     return plan.Observed(
         spec=spec,
         generation=2,
-        status=status or KcpShardStatus(),
+        status=status,
         revision=revision_of(spec),
         now=now,
         slots=slots or {},
-        invalid=invalid,
         retry_token=retry_token,
         backup=backup,
         name=NAME,
+        kcp_lease=kcp_lease,
+        **more,
     )
 
 
@@ -241,9 +264,13 @@ def test_roll_only_changes_do_not_start_a_roll() -> None:
     ids=["new", "steady"],
 )
 def test_invalid_spec_stalls_before_anything_starts(status: KcpShardStatus) -> None:
-    invalid = ("non-root shard needs cacheKubeconfigSecretRef", "front port 6443 is used")
-    action = next_of(status, slot(A), invalid=invalid)
-    assert action == plan.Stall("InvalidSpec", "; ".join(invalid))
+    # what only the operator can judge: the flags of the spec, and another shard's front port
+    non_root = SPEC.model_copy(update={"shard": SPEC.shard.model_copy(update={"root": False, "name": "s2"})})
+    older = plan.Neighbour("other", "root", created="2026-01-01T00:00:00Z", node="n1", front_port=6443)
+    action = next_of(status, slot(A), spec=non_root, neighbours=(older,), created=STAMP)
+    assert isinstance(action, plan.Stall) and action.reason == "InvalidSpec"
+    assert "a non-root shard needs shard.cacheKubeconfigSecretRef" in action.message
+    assert "front port 6443 on node n1 is already used by KcpShard other/root" in action.message
 
 
 # ----- a failed roll stays failed ----------------------------------------------------------------
@@ -330,7 +357,9 @@ def test_recovery_comes_before_every_stall() -> None:
     status = failed_last(reason="X").model_copy(
         update={"front": FrontStatus(error="boom"), "active_spec": OLD_SPEC_JSON}
     )
-    action = plan.next_action(observe(status, invalid=("bad",), spec=with_roll(SINGLE, backup=True)))
+    bad = with_roll(SINGLE, backup=True).model_copy(update={"extra_args": ["--secure-port=6443"]})
+    assert plan.invalid(observe(status, spec=bad))
+    action = plan.next_action(observe(status, spec=bad))
     assert isinstance(action, plan.StartRoll) and action.recovery
     assert action.rollout.shape is Shape.BLUE_GREEN and action.rollout.step == Step.STARTING.value
     assert action.rollout.to_slot == "b"
@@ -339,9 +368,9 @@ def test_recovery_comes_before_every_stall() -> None:
 @pytest.mark.parametrize(
     "alive",
     [
-        slot(A, REV, job=None, live_pods=1),
-        slot(A, REV, job=plan.JobView(name="job-a", active=1, deleting=True), live_pods=1),
-        slot(A, REV, job=plan.JobView(name="job-a", failed=1), live_pods=1),
+        slot(A, REV, job=None, pods=("pod-1",)),
+        slot(A, REV, job=plan.JobView(name="job-a", active=1, deleting=True), pods=("pod-1",)),
+        slot(A, REV, job=plan.JobView(name="job-a", failed=1), pods=("pod-1",)),
     ],
     ids=["job-gone-pod-runs", "job-deleting", "job-failed-pod-runs"],
 )
@@ -352,15 +381,18 @@ def test_serving_slot_with_a_live_pod_is_not_recovered(alive: plan.SlotView) -> 
 def test_a_roll_under_way_is_finished_before_a_new_revision() -> None:
     # the spec changed again mid-roll: the planner keeps driving the recorded target
     other = SPEC.model_copy(update={"extra_args": ["-v=4"]})
-    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), spec=other)
-    assert action == plan.CreateSlot(B, REV, start=0)
+    ro = rollout(Step.STARTING, target_spec=SPEC_JSON)
+    action = next_of(during(ro), slot(A, "old"), spec=other)
+    assert action == created(B, REV)
 
 
 # ----- BackingUp ---------------------------------------------------------------------------------
 
 
 def test_backing_up_starts_the_backup_job() -> None:
-    assert next_of(during(rollout(Step.BACKING_UP)), slot(A, "old")) == plan.StartBackup()
+    ro = rollout(Step.BACKING_UP)
+    action = next_of(during(ro), slot(A, "old"))
+    assert action == plan.StartBackup(f"{NAME}-backup-{ROLL_ID}", SPEC, REV)
 
 
 @pytest.mark.parametrize("ro", [rollout(Step.BACKING_UP), single(Step.BACKING_UP)], ids=["bg", "single"])
@@ -412,7 +444,7 @@ def test_deadlines_count_from_the_step_start_else_the_roll_start() -> None:
 
 def test_starting_creates_the_slot_then_advances() -> None:
     status = during(rollout(Step.STARTING))
-    assert next_of(status, slot(A, "old")) == plan.CreateSlot(B, REV, start=0)
+    assert next_of(status, slot(A, "old")) == created(B, REV)
     action = next_of(status, slot(A, "old"), slot(B))
     assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
 
@@ -424,11 +456,10 @@ def test_starting_creates_the_slot_then_advances() -> None:
         (slot(B, roll_id="other-roll"), "not started by this roll"),
         (slot(B, roll_id=None), "not started by this roll"),
         (slot(B, exited_at="2026-12-01T11:00:00Z"), "already ran and stopped"),
-        (slot(B, deleting=True), "already ran and stopped"),
         (slot(B, job=plan.JobView(name="j", succeeded=1)), "already ran and stopped"),
-        (slot(B, job=plan.JobView(name="j", failed=1), live_pods=1), "already ran and stopped"),
+        (slot(B, job=plan.JobView(name="j", failed=1), pods=("pod-1",)), "already ran and stopped"),
     ],
-    ids=["other-revision", "other-roll", "no-roll", "exited", "deleting", "job-succeeded", "job-failed"],
+    ids=["other-revision", "other-roll", "no-roll", "exited", "job-succeeded", "job-failed"],
 )
 def test_starting_never_adopts_a_leftover_slot(leftover: plan.SlotView, why: str) -> None:
     action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), leftover)
@@ -436,14 +467,21 @@ def test_starting_never_adopts_a_leftover_slot(leftover: plan.SlotView, why: str
     assert action.why.startswith("never adopted: ") and why in action.why
 
 
+def test_starting_waits_for_a_leftover_slot_already_being_deleted() -> None:
+    # deleted once; its deletion event wakes the loop, no second delete and no second Event
+    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), slot(B, deleting=True))
+    assert action == plan.Wait("slot b is being deleted")
+    assert plan.pause(action, observe()) == plan.RESYNC_SECONDS
+
+
 def test_starting_creates_the_job_again_when_it_was_never_created() -> None:
     # the KcpSlot was written, then the operator stopped before the Job
     action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), slot(B, job=None))
-    assert action == plan.CreateSlot(B, REV, start=0)
+    assert action == created(B, REV)
 
 
 def test_starting_keeps_a_slot_whose_pod_still_runs() -> None:
-    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), slot(B, job=None, live_pods=1))
+    action = next_of(during(rollout(Step.STARTING)), slot(A, "old"), slot(B, job=None, pods=("pod-1",)))
     assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
 
 
@@ -456,7 +494,7 @@ def test_single_starting_deletes_the_old_slot_then_creates_it(old: plan.SlotView
     status = during(single(Step.STARTING))
     action = next_of(status, old)
     assert isinstance(action, plan.DeleteSlot) and action.slot is A and "never adopted" in action.why
-    assert next_of(status) == plan.CreateSlot(A, REV, start=0)
+    assert next_of(status) == created(A, REV)
     action = next_of(status, slot(A))
     assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
 
@@ -466,7 +504,7 @@ def test_restoring_starts_the_old_revision_again() -> None:
     failed_new = slot(A, exited_at="2026-12-01T12:01:00Z", exit_code=1)
     action = next_of(status, failed_new)
     assert isinstance(action, plan.DeleteSlot) and "not old" in action.why
-    assert next_of(status) == plan.CreateSlot(A, "old", start=0)
+    assert next_of(status, active_spec=OLD_SPEC) == created(A, "old", spec=OLD_SPEC)
     action = next_of(status, slot(A, "old"))
     assert isinstance(action, plan.Advance) and action.step is Step.WAITING_READY
 
@@ -506,7 +544,7 @@ def test_waiting_ready_waits_then_advances_to_flip() -> None:
     [
         (None, "SlotLost"),
         (slot(B, exited_at="2026-12-01T12:00:05Z", exit_code=2), "SlotExited"),
-        (slot(B, job=plan.JobView(name="j", failed=1), live_pods=1), "SlotExited"),
+        (slot(B, job=plan.JobView(name="j", failed=1), pods=("pod-1",)), "SlotExited"),
         (slot(B, job=None), "SlotExited"),
         (slot(B, conditions=(failed_condition("Seeded", None, "missing sa.key"),)), "SeedFailed"),
         (slot(B, conditions=(failed_condition("Seeded", "CopyFailed", "disk full"),)), "SeedFailed"),
@@ -626,7 +664,7 @@ def front(backend: str | None, port: int | None, observed: tuple[str, int] | Non
 
 def test_flip_sets_the_backend_then_waits_for_the_front_then_advances() -> None:
     ro, new = rollout(Step.FLIPPING), ready_slot(B, port=4321)
-    assert next_of(during(ro), slot(A, "old"), new) == plan.Flip(B, 4321)
+    assert next_of(during(ro), slot(A, "old"), new) == plan.Flip(B, 4321, REV)
     asked = during(ro, front=front("b", 4321, ("a", 1111)))
     waiting = next_of(asked, slot(A, "old"), new)
     assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.flip_timeout_seconds)
@@ -647,7 +685,7 @@ def test_flip_sets_the_backend_then_waits_for_the_front_then_advances() -> None:
 )
 def test_flip_is_asked_again_when_the_front_wants_something_else(fs: FrontStatus) -> None:
     action = next_of(during(rollout(Step.FLIPPING), front=fs), slot(A, "old"), ready_slot(B, port=4321))
-    assert action == plan.Flip(B, 4321)
+    assert action == plan.Flip(B, 4321, REV)
 
 
 def test_front_on_the_right_backend_but_another_port_is_no_confirmation() -> None:
@@ -718,12 +756,12 @@ def test_confirmed_flip_advances_to_the_shapes_next_step(ro: RolloutStatus, step
 
 def test_stopping_old_deletes_its_job_once_then_waits_for_its_exit() -> None:
     status, new = during(rollout(Step.STOPPING_OLD), active_slot="b"), slot(B, port=1)
-    assert next_of(status, slot(A, "old"), new) == plan.StopSlot(A)
+    assert next_of(status, slot(A, "old"), new) == plan.StopSlot(A, "job-a")
     stopping = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True))
     waiting = next_of(status, stopping, new)
     assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.stop_timeout_seconds)
     # the Job is gone at once, but its pod still runs kcp's shutdown delay
-    draining = slot(A, "old", job=None, live_pods=1)
+    draining = slot(A, "old", job=None, pods=("pod-1",))
     assert isinstance(next_of(status, draining, new), plan.Wait)
     exited = slot(A, "old", exited_at="2026-12-01T12:00:09Z")
     action = next_of(status, exited, new)
@@ -736,7 +774,7 @@ def test_stopping_old_deletes_its_job_once_then_waits_for_its_exit() -> None:
     "old",
     [
         slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True)),
-        slot(A, "old", job=None, live_pods=1),
+        slot(A, "old", job=None, pods=("pod-1",)),
     ],
     ids=["job-deleting", "job-gone-pod-runs"],
 )
@@ -744,26 +782,26 @@ def test_old_slot_outliving_its_stop_timeout_is_killed(old: plan.SlotView) -> No
     spec = with_roll(stop_timeout_seconds=20)
     status = during(rollout(Step.STOPPING_OLD), active_slot="b")
     assert isinstance(next_of(status, old, slot(B), spec=spec, now=at(19)), plan.Wait)
-    assert next_of(status, old, slot(B), spec=spec, now=at(20)) == plan.KillSlot(A)
+    assert next_of(status, old, slot(B), spec=spec, now=at(20)) == plan.KillSlot(A, old.pods, 20)
 
 
 def test_blue_green_stops_whatever_runs_in_the_old_slot() -> None:
     # two kcp processes must not stay on one store past the flip, whatever revision the old one runs
     status = during(rollout(Step.STOPPING_OLD), active_slot="b")
-    assert next_of(status, slot(A, "unexpected"), slot(B)) == plan.StopSlot(A)
+    assert next_of(status, slot(A, "unexpected"), slot(B)) == plan.StopSlot(A, "job-a")
 
 
 def test_old_slot_is_asked_to_stop_before_it_is_killed() -> None:
     # past the timeout but never asked (an operator restart between the step write and the stop)
     status = during(rollout(Step.STOPPING_OLD), active_slot="b")
     late = at(SPEC.roll.stop_timeout_seconds + 1)
-    assert next_of(status, slot(A, "old"), slot(B), now=late) == plan.StopSlot(A)
+    assert next_of(status, slot(A, "old"), slot(B), now=late) == plan.StopSlot(A, "job-a")
 
 
 def test_single_stopping_old_stops_the_serving_slot_then_starts() -> None:
     status = during(single(Step.STOPPING_OLD))
     # the slot being stopped is also the roll's target slot: its going is no SlotLost
-    assert next_of(status, slot(A, "old")) == plan.StopSlot(A)
+    assert next_of(status, slot(A, "old")) == plan.StopSlot(A, "job-a")
     for stopped in [slot(A, "old", exited_at="2026-12-01T12:00:09Z"), None, slot(A, REV)]:
         action = next_of(status, *([stopped] if stopped else []))
         assert isinstance(action, plan.Advance) and action.step is Step.STARTING, stopped
@@ -800,11 +838,15 @@ def test_new_slot_lost_after_the_flip_fails_the_roll(ro: RolloutStatus, lost: pl
     assert (" with code 137 " in action.message) == (lost is not None and lost.exit_code == 137)
 
 
-def test_lease_and_probe_carry_their_deadlines() -> None:
-    status = during(rollout(Step.HANDING_OVER_LEASE), active_slot="b")
-    assert next_of(status, slot(B)) == plan.HandOverLease(at(SPEC.roll.lease_timeout_seconds))
+def test_lease_and_probe_carry_what_is_left_of_their_timeouts() -> None:
+    status = during(rollout(Step.HANDING_OVER_LEASE, from_holder="old-kcp"), active_slot="b")
+    action = next_of(status, slot(B), now=at(10))
+    timeout = SPEC.roll.lease_timeout_seconds - 10
+    assert action == plan.FreeLease(URL, stale="old-kcp", delete=False, timeout=timeout)
     status = during(rollout(Step.PROBING), active_slot="b")
-    assert next_of(status, slot(B)) == plan.Probe(at(SPEC.roll.probe_timeout_seconds))
+    action = next_of(status, slot(B), now=at(10))
+    timeout = SPEC.roll.probe_timeout_seconds - 10
+    assert action == plan.Probe(URL, prefix=f"kcpshard-probe-{REV[:8]}", timeout=timeout)
 
 
 def test_drain_waits_for_connections_then_asks_the_front_to_close_them() -> None:

@@ -11,12 +11,15 @@ from typing import Any
 import kopf
 
 from kcpshard.api.models import GROUP, VERSION
-from kcpshard.controller.reconciler import OperatorConfig, ShardReconciler
+from kcpshard.controller.config import OperatorConfig
+from kcpshard.controller.reconciler import ShardReconciler
 from kcpshard.controller.settings import configure
+from kcpshard.controller.shard_index import IndexKey, ShardIndex, index_entries
 from kcpshard.controller.teardown import tear_down
 from kcpshard.controller.wakeups import Wakeups
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import ApiClient
+from kcpshard.roll.observed import Neighbour
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
 WAKEUPS = Wakeups()
@@ -36,13 +39,25 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await api.aclose()
 
 
+@kopf.index(GROUP, VERSION, "kcpshards")
+def kcpshard_fronts(body: kopf.Body, **_: Any) -> dict[IndexKey, Neighbour]:
+    """Every shard by the front it takes: a round finds its contenders here instead of listing all shards."""
+    return index_entries(body)
+
+
 @kopf.daemon(GROUP, VERSION, "kcpshards", cancellation_timeout=5.0)
 async def reconcile_shard(
-    name: str, namespace: str | None, memo: kopf.Memo, stopped: kopf.DaemonStopped, logger: Logger, **_: Any
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    logger: Logger,
+    **kwargs: Any,
 ) -> None:
     """The shard's reconcile loop, for as long as the shard exists."""
     assert namespace is not None  # KcpShard is namespaced
-    reconciler = ShardReconciler(memo.api, namespace, name, WAKEUPS, memo.config, logger)
+    index = ShardIndex(kwargs["kcpshard_fronts"])  # kopf passes each index by its function's name
+    reconciler = ShardReconciler(memo.api, namespace, name, WAKEUPS, memo.config, logger, index=index)
     stop = asyncio.Event()
     relay = asyncio.create_task(_relay(stopped, stop))
     try:

@@ -11,7 +11,7 @@ import kopf
 import prometheus_client
 
 from kcpshard.controller import handlers  # noqa: F401  (registers the handlers)
-from kcpshard.controller.reconciler import OperatorConfig
+from kcpshard.controller.config import OperatorConfig
 from kcpshard.k8s.builders import DEFAULT_IMAGE
 
 

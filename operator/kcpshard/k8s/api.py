@@ -20,7 +20,6 @@ from typing import Any, Literal
 
 import httpx
 
-from kcpshard.api import conditions
 from kcpshard.k8s.kubeconfig import ConnectionConfig, resolve_config
 
 log = logging.getLogger(__name__)
@@ -113,7 +112,6 @@ SECRETS = ResourceRef("", "v1", "secrets")
 CONFIGMAPS = ResourceRef("", "v1", "configmaps")
 EVENTS = ResourceRef("", "v1", "events")
 NAMESPACES = ResourceRef("", "v1", "namespaces", namespaced=False)
-SERVICEACCOUNTS = ResourceRef("", "v1", "serviceaccounts")
 JOBS = ResourceRef("batch", "v1", "jobs")
 DEPLOYMENTS = ResourceRef("apps", "v1", "deployments")
 LEASES = ResourceRef("coordination.k8s.io", "v1", "leases")
@@ -257,42 +255,6 @@ class ApiClient:
         if not isinstance(result, dict) or result.get("kind") == "Status":
             return None
         return result
-
-    async def create_event(
-        self,
-        involved: Mapping[str, Any],
-        *,
-        reason: str,
-        message: str,
-        type_: Literal["Normal", "Warning"] = "Normal",
-        component: str = "kcpshard",
-    ) -> dict[str, Any]:
-        """Post a core/v1 Event about ``involved`` (as client-go's ``record.EventRecorder`` does)."""
-        meta = involved.get("metadata") or {}
-        namespace = str(meta.get("namespace") or "default")
-        now = conditions.now()
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{meta.get('name', 'object')}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": involved.get("apiVersion"),
-                "kind": involved.get("kind"),
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace"),
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
-            "reason": reason,
-            "message": message,
-            "type": type_,
-            "source": {"component": component},
-            "reportingComponent": component,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        return await self.create(EVENTS, namespace, body)
 
     async def watch(
         self,

@@ -157,16 +157,6 @@ class KcpClient:
             raise KcpError(f"{method} {self.base_url}{path}: answer is not JSON", resp.status_code) from None
         return data if isinstance(data, dict) else {}
 
-    # readiness
-
-    async def readyz(self) -> tuple[bool, str]:
-        """Anonymous `/readyz`: (True, "ok") when ready; (False, the [-] lines or the error) otherwise."""
-        try:
-            resp = await self._request("GET", "/readyz", auth=False)
-        except KcpError as exc:
-            return False, str(exc)
-        return resp.status_code == 200, resp.text
-
     # the controller lease
 
     async def get_lease(self) -> dict[str, Any] | None:
@@ -229,10 +219,6 @@ class KcpClient:
         for name in names:
             await self.delete_workspace(name)
         return names
-
-    async def wait_workspace_ready(self, name: str, timeout: float, poll: float = 0.2) -> dict[str, Any]:
-        ws, _ = await self._wait_ready(name, timeout, poll)
-        return ws
 
     async def _wait_ready(self, name: str, seconds: float, poll: float) -> tuple[dict[str, Any], list[str]]:
         last = "not created"

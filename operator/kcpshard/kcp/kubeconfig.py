@@ -115,14 +115,6 @@ def shard_admin(text: str | bytes) -> ShardAdmin:
     )
 
 
-def shard_admin_from_file(path: str) -> ShardAdmin:
-    try:
-        with open(path, "rb") as f:
-            return shard_admin(f.read())
-    except OSError as exc:
-        raise KubeconfigError(f"cannot read {path}: {exc.strerror}") from None
-
-
 def kcp_admin_kubeconfig(text: str | bytes, server: str | None = None) -> str:
     """A kubeconfig with only the kcp-admin user and its contexts (`root`, `base`), for publishing.
 

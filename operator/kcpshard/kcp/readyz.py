@@ -6,7 +6,7 @@ kcp serves `/readyz` anonymously (k8s.io/apiserver `pkg/server/healthz/healthz.g
 TLS trusts only the shard's CA and does not check the hostname: a real kcp's serving cert names the
 shard's URLs (the front's hostname), not the loopback address the host agent dials, and the CA is
 generated per shard, so a chain that verifies against it already proves which server answers.
-Readiness through the front, with the hostname checked, is `KcpClient.readyz`.
+Calls through the front (KcpClient) check the hostname too.
 """
 
 from __future__ import annotations

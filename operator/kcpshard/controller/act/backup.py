@@ -1,0 +1,28 @@
+"""The store backup Job of a roll."""
+
+from __future__ import annotations
+
+from kcpshard.controller.act.context import ActContext, create_once
+from kcpshard.k8s import backup_job
+from kcpshard.k8s.api import JOBS
+from kcpshard.roll.actions import StartBackup
+from kcpshard.roll.observed import Observed
+from kcpshard.roll.outcomes import Failed
+
+
+async def start_backup(ctx: ActContext, action: StartBackup, obs: Observed) -> Failed | None:
+    """Create the backup Job; Failed when no Job can be built for this store (e.g. kine)."""
+    try:
+        job = backup_job.backup_job(
+            dict(obs.shard),
+            action.spec,
+            revision=action.revision,
+            attempt=0,
+            image=ctx.config.image,
+            agent_command=ctx.config.agent_command,
+            name=action.job,
+        )
+    except ValueError as exc:
+        return Failed("BackupFailed", str(exc))
+    await create_once(ctx, JOBS, job)
+    return None

@@ -1,0 +1,53 @@
+"""Slots: a KcpSlot with its host-agent Job, stopped through its Job, killed through its pods."""
+
+from __future__ import annotations
+
+import contextlib
+
+from kcpshard.api.models import SlotName
+from kcpshard.controller.act.context import ActContext, create_once
+from kcpshard.k8s import builders
+from kcpshard.k8s.api import JOBS, KCPSLOTS, PODS, ApiError, NotFound
+from kcpshard.roll.actions import CreateSlot, KillSlot, StopSlot
+from kcpshard.roll.observed import Observed
+
+
+async def create_slot(ctx: ActContext, action: CreateSlot, obs: Observed) -> str:
+    """The KcpSlot, then its Job; returns the Job's name.
+
+    A KcpSlot already there (an operator stopped between the two writes) keeps its start counter:
+    the Job is named after the slot object as it is.
+    """
+    shard = dict(obs.shard)
+    body = builders.kcpslot(shard, action.slot, action.revision, action.start, roll_id=action.roll_id)
+    try:
+        slot_obj = await ctx.api.create(KCPSLOTS, ctx.namespace, body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        slot_obj = await ctx.api.get(KCPSLOTS, ctx.namespace, body["metadata"]["name"])
+    job = builders.slot_job(
+        shard, action.spec, slot_obj, image=ctx.config.image, agent_command=ctx.config.agent_command
+    )
+    await create_once(ctx, JOBS, job)
+    return str(job["metadata"]["name"])
+
+
+async def delete_slot(ctx: ActContext, slot: SlotName) -> None:
+    """The KcpSlot; its Job and pod go with it (ownerReferences)."""
+    name = builders.slot_object_name(ctx.shard, slot)
+    with contextlib.suppress(NotFound):
+        await ctx.api.delete(KCPSLOTS, ctx.namespace, name, propagation_policy="Background")
+
+
+async def stop_slot(ctx: ActContext, action: StopSlot) -> None:
+    """Delete the slot's Job: the kubelet sends its pod SIGTERM, the host agent stops kcp gently."""
+    with contextlib.suppress(NotFound):
+        await ctx.api.delete(JOBS, ctx.namespace, action.job, propagation_policy="Background")
+
+
+async def kill_slot(ctx: ActContext, action: KillSlot) -> None:
+    """Delete the slot's pods at once (no grace period): the kubelet sends SIGKILL."""
+    for pod in action.pods:
+        with contextlib.suppress(NotFound):
+            await ctx.api.delete(PODS, ctx.namespace, pod, grace_period_seconds=0)

@@ -1,0 +1,15 @@
+"""The operator's own settings, from its command line: what it runs the agents with and who it is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kcpshard.k8s import builders
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    image: str = builders.DEFAULT_IMAGE
+    agent_command: tuple[str, ...] = ("kcpshard",)
+    identity: str = ""
+    lease_seconds: float = 15.0

@@ -1,0 +1,244 @@
+"""The observing part of a round: reads only, and returns everything a decision needs.
+
+Nothing here writes (the layer test holds it to that): status on first sight or for an invalid spec is
+the plan's decision and the status writer's job, like every other write.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
+
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, SlotName
+from kcpshard.controller.config import OperatorConfig
+from kcpshard.controller.kcp_access import KcpConnect, NoRootMaterial, lease_reading
+from kcpshard.controller.shard_index import ShardIndex
+from kcpshard.k8s import backup_job, builders
+from kcpshard.k8s.api import (
+    DEPLOYMENTS,
+    JOBS,
+    KCPSHARDS,
+    KCPSLOTS,
+    PODS,
+    SECRETS,
+    ApiClient,
+    NotFound,
+    ResourceRef,
+)
+from kcpshard.kcp.errors import KcpError
+from kcpshard.roll.actions import Step
+from kcpshard.roll.observed import (
+    BackupView,
+    FrontWorkload,
+    JobView,
+    LeaseReading,
+    Observed,
+    ShardOnly,
+    SlotView,
+)
+from kcpshard.roll.report import RETRY_ANNOTATION
+from kcpshard.roll.revision import revision_of
+from kcpshard.roll.rollout import backup_job_name
+
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
+
+
+class Observer:
+    def __init__(
+        self,
+        api: ApiClient,
+        namespace: str,
+        name: str,
+        config: OperatorConfig,
+        index: ShardIndex,
+        connect: KcpConnect,
+        logger: Logger,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.config = config
+        self.index = index
+        self.connect = connect
+        self.logger = logger
+
+    async def observe(self) -> Observed | ShardOnly:
+        body = await self.api.get(KCPSHARDS, self.namespace, self.name)
+        meta = body["metadata"]
+        seen: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "generation": int(meta.get("generation", 1)),
+            "status": KcpShardStatus.model_validate(body.get("status") or {}),
+            "retry_token": (meta.get("annotations") or {}).get(RETRY_ANNOTATION),
+            "shard": body,
+        }
+        if meta.get("deletionTimestamp"):
+            return ShardOnly(deleting=True, **seen)  # the finalizer's handler tears the shard down
+        try:
+            spec = KcpShardSpec.model_validate(body.get("spec") or {})
+        except ValidationError as exc:
+            return ShardOnly(spec_error=validation_message(exc, "spec"), **seen)
+        status: KcpShardStatus = seen["status"]
+        rollout = status.rollout
+        target_spec, target_error = _parse_spec(rollout.target_spec if rollout else None, "targetSpec")
+        active_spec, _ = _parse_spec(status.active_spec, "activeSpec")
+        slots, busy, starts = await self._observe_slots()
+        backup = None
+        if rollout is not None and rollout.step == Step.BACKING_UP.value:
+            backup = await self._observe_backup(rollout)
+        return Observed(
+            spec=spec,
+            revision=revision_of(spec),
+            now=datetime.datetime.now(datetime.UTC),
+            created=str(meta.get("creationTimestamp") or ""),
+            target_spec=target_spec,
+            target_spec_error=target_error,
+            active_spec=active_spec,
+            slots=slots,
+            busy=busy,
+            job_starts=starts,
+            backup=backup,
+            neighbours=self.index.neighbours(self.namespace, self.name, spec),
+            shared_secret=await self._exists(SECRETS, builders.shared_secret_name(self.name)),
+            front=await self._front(body, spec),
+            **seen,
+        )
+
+    async def read_kcp_lease(self, obs: Observed, url: str) -> Observed:
+        """The same observation with kcp's controller lease, read through the front at `url`."""
+        try:
+            async with await self.connect(url) as kcp:
+                reading = lease_reading(await kcp.get_lease())
+        except (KcpError, NoRootMaterial, NotFound) as exc:
+            self.logger.warning(f"could not read kcp's controller lease: {exc}")
+            reading = LeaseReading(error=str(exc))
+        return replace(obs, kcp_lease=reading)
+
+    async def _exists(self, ref: ResourceRef, name: str) -> bool:
+        try:
+            await self.api.get(ref, self.namespace, name)
+        except NotFound:
+            return False
+        return True
+
+    async def _front(self, body: dict[str, Any], spec: KcpShardSpec) -> FrontWorkload:
+        """The front Deployment against the one this spec and this operator's image ask for."""
+        wanted = builders.front_deployment(
+            body, spec, image=self.config.image, agent_command=self.config.agent_command
+        )
+        try:
+            current = await self.api.get(DEPLOYMENTS, self.namespace, wanted["metadata"]["name"])
+        except NotFound:
+            return FrontWorkload.ABSENT
+        want = wanted["metadata"]["annotations"][builders.TEMPLATE_HASH]
+        have = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH)
+        return FrontWorkload.CURRENT if have == want else FrontWorkload.STALE
+
+    async def _observe_slots(
+        self,
+    ) -> tuple[dict[SlotName, SlotView], dict[SlotName, int], dict[tuple[SlotName, str], int]]:
+        """The slots as their KcpSlots, Jobs and pods show them; the live pods per slot name; the
+        highest start counter of the Jobs per slot and revision."""
+        selector = f"{builders.LABEL_SHARD}={self.name}"
+        workload = f"{selector},{builders.LABEL_COMPONENT}=slot"
+        slot_list = await self.api.list(KCPSLOTS, self.namespace, label_selector=selector)
+        job_list = await self.api.list(JOBS, self.namespace, label_selector=workload)
+        pod_list = await self.api.list(PODS, self.namespace, label_selector=workload)
+        jobs = {job["metadata"]["name"]: job for job in job_list.get("items", [])}
+        starts: dict[tuple[SlotName, str], int] = {}
+        for job in jobs.values():
+            key = _slot_key(job)
+            if key is not None:
+                start = int(job["metadata"]["labels"].get(builders.LABEL_START, 0))
+                starts[key] = max(starts.get(key, start), start)
+        live: dict[tuple[SlotName, str], list[str]] = {}
+        for pod in pod_list.get("items", []):
+            key = _slot_key(pod)
+            if key is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                live.setdefault(key, []).append(pod["metadata"]["name"])
+        busy = {slot: sum(len(p) for k, p in live.items() if k[0] is slot) for slot in SlotName}
+        views: dict[SlotName, SlotView] = {}
+        for obj in slot_list.get("items", []):
+            spec, status = obj.get("spec", {}), obj.get("status") or {}
+            slot, start = SlotName(spec["slot"]), int(spec.get("start", 0))
+            job = jobs.get(builders.slot_job_name(self.name, slot, spec["revision"], start))
+            views[slot] = SlotView(
+                name=slot,
+                revision=spec["revision"],
+                start=start,
+                roll_id=spec.get("roll"),
+                conditions=tuple(status.get("conditions") or ()),
+                port=status.get("port"),
+                exited_at=status.get("exitedAt"),
+                exit_code=status.get("exitCode"),
+                started_at=status.get("startedAt"),
+                ready_at=status.get("readyAt"),
+                deleting=bool(obj["metadata"].get("deletionTimestamp")),
+                job=job_view(job) if job else None,
+                pods=tuple(sorted(live.get((slot, spec["revision"]), ()))),
+            )
+        return views, busy, starts
+
+    async def _observe_backup(self, rollout: RolloutStatus) -> BackupView | None:
+        name = backup_job_name(self.name, rollout)
+        try:
+            job = await self.api.get(JOBS, self.namespace, name)
+        except NotFound:
+            return None
+        result = backup_job.backup_result(job)
+        if isinstance(result, str):
+            return BackupView(name, error=result)
+        if result is None and job_view(job).failed:
+            why = job_view(job).message or "its pod failed"
+            return BackupView(name, error=f"{why}; see kubectl logs job/{name}")
+        return BackupView(name, report=result)
+
+
+def job_view(job: Mapping[str, Any]) -> JobView:
+    status = job.get("status") or {}
+    failed = cond.find(status.get("conditions"), "Failed")
+    message = ""
+    if failed is not None and failed.get("status") == "True":
+        message = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
+    return JobView(
+        name=job["metadata"]["name"],
+        active=int(status.get("active") or 0),
+        succeeded=int(status.get("succeeded") or 0),
+        failed=int(status.get("failed") or 0),
+        deleting=bool(job["metadata"].get("deletionTimestamp")),
+        message=message,
+    )
+
+
+def validation_message(exc: ValidationError, prefix: str) -> str:
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error["loc"])
+        parts.append(f"{prefix}.{where}: {error['msg']}")
+    return "; ".join(parts)
+
+
+def _parse_spec(raw: Mapping[str, Any] | None, where: str) -> tuple[KcpShardSpec | None, str | None]:
+    """A spec recorded in status, parsed once; (None, why) when it does not parse."""
+    if not raw:
+        return None, None
+    try:
+        return KcpShardSpec.model_validate(raw), None
+    except ValidationError as exc:
+        return None, validation_message(exc, f"status.{where}")
+
+
+def _slot_key(obj: Mapping[str, Any]) -> tuple[SlotName, str] | None:
+    """The slot name and revision a Job or pod of a slot carries in its labels."""
+    labels = obj["metadata"].get("labels") or {}
+    slot, revision = labels.get(builders.LABEL_SLOT), labels.get(builders.LABEL_REVISION)
+    if slot not in ("a", "b") or not revision:
+        return None
+    return SlotName(slot), revision

@@ -1,0 +1,197 @@
+"""The one writer of what the operator reports: KcpShard and KcpSlot status, conditions, Events, metrics.
+
+Every status write is a resourceVersion-guarded read-modify-write retried on 409
+(`kcpshard.k8s.status.mutate_status`): the front agent and the host agents write the same objects.
+The changes themselves are the pure functions of `status_changes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import kopf
+
+from kcpshard import metrics
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import RolloutStatus, SlotName
+from kcpshard.controller import status_changes as changes
+from kcpshard.k8s import builders
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, NotFound
+from kcpshard.k8s.status import StatusFn, mutate_status
+from kcpshard.roll.actions import (
+    Abort,
+    Advance,
+    Fail,
+    Finish,
+    Flip,
+    Restore,
+    SlotMark,
+    StartRoll,
+)
+from kcpshard.roll.observed import Observed, Seen
+from kcpshard.roll.report import finished_report, roll_report, stall_message
+
+Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
+# Posts one Event about the object: (body, reason, message, warning). kopf's by default.
+EventSink = Callable[[Mapping[str, Any], str, str, bool], None]
+
+
+def kopf_event(body: Mapping[str, Any], reason: str, message: str, warning: bool) -> None:
+    shard = cast(kopf.Body, body)  # kopf only reads apiVersion, kind and metadata of it
+    if warning:
+        kopf.warn(shard, reason=reason, message=message)
+    else:
+        kopf.info(shard, reason=reason, message=message)
+
+
+class StatusWriter:
+    def __init__(
+        self, api: ApiClient, namespace: str, name: str, logger: Logger, events: EventSink = kopf_event
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = name
+        self.logger = logger
+        self.events = events
+
+    # ----- the mechanics ---------------------------------------------------------------------------
+
+    async def _mutate(self, change: StatusFn) -> bool:
+        """Write one change to the shard's status; False when there was nothing to write."""
+        wrote = False
+
+        def tracked(status: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal wrote
+            new = change(status)
+            wrote = new is not None
+            return new
+
+        await mutate_status(self.api, KCPSHARDS, self.namespace, self.name, tracked)
+        return wrote
+
+    def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:
+        if not seen.shard:
+            return
+        self.events(seen.shard, reason, message, warning)
+        self.logger.info(f"{reason}: {message}")
+
+    async def mark_slot(self, mark: SlotMark) -> None:
+        name = builders.slot_object_name(self.name, SlotName(mark.slot))
+        change = changes.slot_condition(mark.type, mark.status, mark.reason, mark.message, mark.holder)
+        with contextlib.suppress(NotFound):  # a slot already gone has nothing to mark
+            await mutate_status(self.api, KCPSLOTS, self.namespace, name, change)
+
+    # ----- the shard -------------------------------------------------------------------------------
+
+    async def first_sight(self, seen: Seen) -> None:
+        await self._mutate(changes.first_sight(seen.generation))
+
+    async def stall(self, seen: Seen, reason: str, message: str) -> None:
+        wrote = await self._mutate(changes.stall(seen.generation, reason, message))
+        metrics.stalled(self.namespace, self.name, True)
+        if wrote:  # the same Stalled again is no news
+            self.event(seen, reason, message, warning=True)
+
+    async def steady(self, obs: Observed, message: str) -> None:
+        await self._mutate(changes.steady(obs.generation, message))
+
+    async def admin_kubeconfig_published(self, obs: Observed, secret: str, changed: bool) -> None:
+        recorded = obs.status.admin_kubeconfig_secret == secret
+        if not recorded:
+            await self._mutate(changes.admin_secret(secret))
+        if changed or not recorded:
+            text = f"Secret {secret} holds the kcp-admin kubeconfig of slot {obs.status.active_slot}"
+            self.event(obs, "AdminKubeconfigPublished", text)
+
+    # ----- a roll ----------------------------------------------------------------------------------
+
+    async def start_roll(self, obs: Observed, action: StartRoll) -> None:
+        await self._mutate(changes.start_roll(action.rollout, obs.generation, action.message))
+        metrics.roll_started(self.namespace, self.name)
+        reason = "SlotLost" if action.recovery else "RollStarted"
+        self.event(obs, reason, action.message, warning=action.recovery)
+
+    async def advance(self, obs: Observed, action: Advance) -> None:
+        # The slots' conditions first: an operator stopped between the writes redoes them all.
+        for mark in action.marks:
+            await self.mark_slot(mark)
+        rollout = _rollout(obs)
+        await self._mutate(changes.advance(rollout, action, obs.generation, cond.now_precise()))
+        self.event(obs, action.step.value, action.message)
+
+    async def flip(self, obs: Observed, action: Flip) -> None:
+        await self._mutate(changes.flip(action))
+        self.event(obs, "Flip", f"asked the front to serve slot {action.slot.value} on port {action.port}")
+
+    async def request_drain(self, obs: Observed, slot: SlotName) -> None:
+        await self._mutate(changes.request_drain(slot.value))
+        self.event(obs, "Drain", f"asked the front to close what is left on slot {slot.value}")
+
+    async def finish(self, obs: Observed, action: Finish) -> None:
+        rollout = _rollout(obs)
+        to_slot = obs.slots.get(SlotName(rollout.to_slot))
+        report = finished_report(rollout, to_slot, action.message, cond.now_precise())
+        if rollout.restoring:
+            reason = rollout.failure_reason or "RollFailed"
+            shown = stall_message(report, rollout.to_slot, rollout.from_revision, self.name)
+            ready: changes.Triple = ("False", reason, shown)
+            stalled: changes.Triple = ("True", reason, shown)
+        else:
+            ready, stalled = ("True", "Serving", action.message), ("False", "Healthy", "")
+        await self._mutate(changes.finish(rollout, report, obs.generation, ready, stalled))
+        metrics.roll_finished(self.namespace, self.name, report.result, report.durations)
+        metrics.stalled(self.namespace, self.name, rollout.restoring)
+        total, outage = report.durations.get("total"), report.durations.get("outage")
+        text = f"{report.message} in {total}s" if total is not None else report.message
+        if outage is not None:
+            text += f" (planned outage {outage}s)"
+        reason = "RolledBack" if rollout.restoring else "RollSucceeded"
+        self.event(obs, reason, text, warning=rollout.restoring)
+
+    async def abort(self, obs: Observed, action: Abort) -> None:
+        rollout = _rollout(obs)
+        serving = (rollout.from_slot, rollout.from_revision)
+        await self._end_roll(obs, "Aborted", action.reason, action.message, "RollAborted", serving, action)
+
+    async def fail(self, obs: Observed, action: Fail) -> None:
+        """After the flip (or a failed restore): end the roll, say why, and never flip back."""
+        serving = (obs.status.active_slot, obs.status.active_revision)
+        await self._end_roll(obs, "Failed", action.reason, action.message, "RollFailed", serving)
+
+    async def restore(self, obs: Observed, action: Restore) -> None:
+        """Single shape: the old slot is already stopped; its revision starts again in the same place."""
+        rollout = _rollout(obs)
+        message = f"{action.message}; starting the old revision {rollout.from_revision} again"
+        await self._mutate(changes.restore(action, obs.generation, cond.now_precise(), message))
+        self.event(obs, action.reason, message, warning=True)
+
+    async def _end_roll(
+        self,
+        obs: Observed,
+        result: str,
+        reason: str,
+        why: str,
+        reconciling: str,
+        serving: tuple[str | None, str | None],
+        abort: Abort | None = None,
+    ) -> None:
+        """A roll that did not succeed: its report, Stalled with what serves and what to do, an Event."""
+        rollout = _rollout(obs)
+        stamps = {**rollout.timestamps, result.lower(): cond.now_precise()}
+        report = roll_report(rollout, result, why, reason=reason, timestamps=stamps)
+        message = stall_message(report, *serving, self.name)
+        put_back = abort.put_back if abort is not None else None
+        change = changes.end_roll(rollout, report, obs.generation, reason, message, reconciling, put_back)
+        await self._mutate(change)
+        metrics.roll_finished(self.namespace, self.name, report.result, {})
+        metrics.stalled(self.namespace, self.name, True)
+        self.event(obs, reason, message, warning=True)
+
+
+def _rollout(obs: Observed) -> RolloutStatus:
+    if obs.status.rollout is None:
+        raise RuntimeError("no roll under way")
+    return obs.status.rollout

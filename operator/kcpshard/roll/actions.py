@@ -1,0 +1,268 @@
+"""The actions the plan returns: each says everything its handler needs, so no handler decides anything.
+
+Types only (no functions at module level): the act handlers import these and nothing else of the roll.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import BackupReport, KcpShardSpec, RolloutStatus, Shape, SlotName
+
+# Without a wake-up, look again after this long: a safety net, not the driver.
+RESYNC_SECONDS = 10.0
+
+# The name prefix of probe workspaces; a leftover of a cut-short probe is found by it.
+PROBE_PREFIX = "kcpshard-probe-"
+
+
+class Step(enum.StrEnum):
+    BACKING_UP = "BackingUp"
+    STARTING = "Starting"
+    WAITING_READY = "WaitingReady"
+    FLIPPING = "Flipping"
+    STOPPING_OLD = "StoppingOld"
+    HANDING_OVER_LEASE = "HandingOverLease"
+    PROBING = "Probing"
+    DRAINING = "Draining"
+    RETIRING = "Retiring"
+
+
+@dataclass(frozen=True)
+class SlotMark:
+    """A step condition to set on a KcpSlot (and the lease holder it names, when it leads)."""
+
+    slot: str
+    type: str
+    status: cond.Status
+    reason: str
+    message: str
+    holder: str | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    """The active record and front backend an aborted flip puts back (all None: nothing served before)."""
+
+    slot: str | None = None
+    revision: str | None = None
+    port: int | None = None
+
+
+@dataclass(frozen=True)
+class Action:
+    """Base of every planned action."""
+
+
+@dataclass(frozen=True)
+class Because(Action):
+    """An action that says why: a CamelCase reason and a message a person can act on."""
+
+    reason: str
+    message: str
+
+
+# ----- the shard -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FirstSight(Action):
+    """A shard never seen before: write Ready=Unknown before anything else."""
+
+
+@dataclass(frozen=True)
+class CreateSharedSecret(Action):
+    """The Secret that keeps the shard's root material; its first slot fills it."""
+
+
+@dataclass(frozen=True)
+class CreateFront(Action):
+    """The front Deployment (front agent + HAProxy on the shard's node)."""
+
+
+@dataclass(frozen=True)
+class UpdateFront(Action):
+    """The front Deployment no longer matches what the spec and the operator ask for."""
+
+
+@dataclass(frozen=True)
+class Steady(Action):
+    """Nothing to roll: the active slot runs the desired revision. Its kcp-admin kubeconfig is published."""
+
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Stall(Because):
+    """Do nothing more until the spec (or the retry annotation) changes."""
+
+
+@dataclass(frozen=True)
+class Wait(Action):
+    reason: str
+    until: datetime.datetime | None = None
+
+
+@dataclass(frozen=True)
+class ReadKcpLease(Action):
+    """The decision depends on who holds kcp's controller lease: read it (through `url`), then plan again."""
+
+    url: str
+
+
+# ----- a roll --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StartRoll(Action):
+    rollout: RolloutStatus
+    recovery: bool = False
+
+    @property
+    def message(self) -> str:
+        rollout = self.rollout
+        if self.recovery:
+            what = (
+                f"slot {rollout.from_slot} (revision {rollout.from_revision}) stopped while serving; "
+                f"starting its revision again on slot {rollout.to_slot}"
+            )
+        elif rollout.from_slot and rollout.shape is Shape.SINGLE:
+            what = (
+                f"rolling slot {rollout.from_slot} ({rollout.from_revision}) in place, Single shape: "
+                "the old process stops first (planned outage)"
+            )
+        elif rollout.from_slot:
+            what = (
+                f"rolling from slot {rollout.from_slot} ({rollout.from_revision}) to slot {rollout.to_slot}"
+            )
+        else:
+            what = f"starting the first slot {rollout.to_slot}"
+        return f"{what} (revision {rollout.target_revision})"
+
+
+@dataclass(frozen=True)
+class Advance(Action):
+    """Record the next step. `marks` go on the slots first; leaving the flip also records `active_spec`
+    and publishes the new slot's kcp-admin kubeconfig."""
+
+    step: Step
+    message: str
+    backup: BackupReport | None = None
+    marks: tuple[SlotMark, ...] = ()
+    active_spec: Mapping[str, Any] | None = None
+    publish_admin: bool = False
+
+
+@dataclass(frozen=True)
+class StartBackup(Action):
+    """Run the store snapshot Job of this roll."""
+
+    job: str
+    spec: KcpShardSpec
+    revision: str
+
+
+@dataclass(frozen=True)
+class CreateSlot(Action):
+    slot: SlotName
+    revision: str
+    start: int
+    spec: KcpShardSpec  # what the slot runs: the roll's recorded spec (the old one when restoring)
+    roll_id: str | None = None
+
+
+@dataclass(frozen=True)
+class DeleteSlot(Action):
+    """Remove a KcpSlot (and through ownerReferences its Job): a leftover or a retired slot."""
+
+    slot: SlotName
+    why: str
+
+
+@dataclass(frozen=True)
+class Flip(Action):
+    """Persist the new active record and ask the front for the new backend, in one write."""
+
+    slot: SlotName
+    port: int
+    revision: str
+
+
+@dataclass(frozen=True)
+class StopSlot(Action):
+    slot: SlotName
+    job: str
+
+
+@dataclass(frozen=True)
+class KillSlot(Action):
+    """The slot outlived its stop timeout: delete its pods at once (the kubelet sends SIGKILL)."""
+
+    slot: SlotName
+    pods: tuple[str, ...]
+    stop_timeout: int
+
+
+@dataclass(frozen=True)
+class WatchLeaseHolder(Action):
+    """Watch kcp's controller lease for up to `window` seconds, until it changes (a live holder renews)."""
+
+    url: str
+    window: float
+
+
+@dataclass(frozen=True)
+class FreeLease(Action):
+    """Delete kcp's controller lease (when there is one) and wait up to `timeout` seconds for a holder
+    other than `stale`: the new slot's kcp takes it at once instead of after the lease expires."""
+
+    url: str
+    stale: str | None
+    delete: bool
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Probe(Action):
+    """Create a workspace, wait until it is Ready, delete it: proves kcp's controllers work."""
+
+    url: str
+    prefix: str
+    timeout: float
+    # The kcp version that no longer reads the `identitycache` ConfigMap: delete it (None: keep it).
+    stale_identity_cache: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestDrain(Action):
+    slot: SlotName
+
+
+@dataclass(frozen=True)
+class Finish(Action):
+    message: str
+
+
+@dataclass(frozen=True)
+class Abort(Because):
+    """Before the flip: stop the new slot, keep (or put back) the old one serving, stall."""
+
+    put_back: Record | None = None  # the flip was asked for: the previous record and backend
+    remove: SlotName | None = None  # the new slot, deleted once the roll has ended
+
+
+@dataclass(frozen=True)
+class Restore(Because):
+    """Single shape: the new revision failed after the old slot stopped; start the old revision again."""
+
+    holder: str | None = None  # the lease holder now: the failed process, if it led; not the restored one
+
+
+@dataclass(frozen=True)
+class Fail(Because):
+    """After the flip: end the roll as failed and stall; never flip back on a live store."""

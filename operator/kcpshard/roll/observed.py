@@ -1,0 +1,171 @@
+"""What a reconcile round sees: plain data the controller reads and the plan decides on.
+
+Types only (no functions at module level): the controller's observer fills them, `kcpshard.roll.plan`
+reads them, and the act handlers may read them too without reaching any rule of the roll.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import BackupReport, KcpShardSpec, KcpShardStatus, SlotName
+
+if TYPE_CHECKING:
+    from kcpshard.roll.outcomes import Outcome
+
+
+@dataclass(frozen=True)
+class JobView:
+    name: str
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    deleting: bool = False
+    message: str = ""  # the Failed condition's reason and message, when there is one
+
+    @property
+    def finished(self) -> bool:
+        return self.failed > 0 or self.succeeded > 0
+
+
+@dataclass(frozen=True)
+class SlotView:
+    name: SlotName
+    revision: str
+    start: int = 0
+    roll_id: str | None = None
+    conditions: tuple[Mapping[str, Any], ...] = ()
+    port: int | None = None
+    exited_at: str | None = None
+    exit_code: int | None = None
+    started_at: str | None = None
+    ready_at: str | None = None
+    deleting: bool = False
+    job: JobView | None = None
+    pods: tuple[str, ...] = ()  # the live pods of this slot name and revision
+
+    @property
+    def live_pods(self) -> int:
+        return len(self.pods)
+
+    def true(self, type_: str) -> bool:
+        return cond.is_true(self.conditions, type_)
+
+    def state(self, type_: str) -> str:
+        """`True`, `False` or `Unknown`, as a person reads it in a message."""
+        found = cond.find(self.conditions, type_)
+        return str(found.get("status", "Unknown")) if found is not None else "Unknown"
+
+    def failed(self, type_: str) -> Mapping[str, Any] | None:
+        found = cond.find(self.conditions, type_)
+        return found if found is not None and found.get("status") == "False" else None
+
+    @property
+    def gone(self) -> bool:
+        """Its process has ended: its agent reported the exit, or no pod of it runs any more.
+
+        A deleted Job vanishes at once while its pod still runs kcp's shutdown delay, so
+        the Job alone says nothing about the process.
+        """
+        if self.exited_at is not None:
+            return True
+        job_done = self.job is None or self.job.finished
+        return job_done and self.live_pods == 0
+
+
+@dataclass(frozen=True)
+class BackupView:
+    """The backup Job of this roll: None fields while it runs."""
+
+    job: str
+    report: BackupReport | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class LeaseReading:
+    """kcp's controller lease as read through the front.
+
+    `found` False: there is no lease. `error`: the read failed (kcp unreachable, no root material yet),
+    so nothing is known about the holder.
+    """
+
+    found: bool = False
+    holder: str | None = None
+    renew_time: str | None = None
+    acquire_time: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """Another KcpShard as the operator's index of every shard holds it: what two shards may contend for."""
+
+    namespace: str
+    name: str
+    created: str  # creationTimestamp: of two contenders, the older one keeps what it has
+    node: str | None = None
+    front_address: str = "127.0.0.1"
+    front_port: int | None = None
+
+
+class FrontWorkload(enum.StrEnum):
+    """The shard's front Deployment compared with what its spec asks for."""
+
+    ABSENT = "Absent"
+    STALE = "Stale"
+    CURRENT = "Current"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Seen:
+    """What every round reads first: the KcpShard itself."""
+
+    name: str = "<name>"  # the shard's, for commands in messages
+    namespace: str = "default"
+    generation: int = 1
+    status: KcpShardStatus = field(default_factory=KcpShardStatus)
+    retry_token: str | None = None
+    # The object as read: owner references and Events name it (never written back).
+    shard: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardOnly(Seen):
+    """A round that reads no further than the KcpShard: it is being deleted, or its spec does not parse."""
+
+    deleting: bool = False
+    spec_error: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed(Seen):
+    """Everything a decision needs, read once at the start of a round."""
+
+    spec: KcpShardSpec  # the live spec: what the next roll goes to
+    revision: str
+    now: datetime.datetime
+    created: str = ""
+    # The spec the roll under way started with (status.rollout.targetSpec) and the one the active slot
+    # runs (status.activeSpec), parsed once; None when absent or not parsable (see target_spec_error).
+    target_spec: KcpShardSpec | None = None
+    target_spec_error: str | None = None
+    active_spec: KcpShardSpec | None = None
+    slots: Mapping[SlotName, SlotView] = field(default_factory=dict)
+    # Live pods per slot name, whatever KcpSlot they belong to (a deleted slot's pod may still stop).
+    busy: Mapping[SlotName, int] = field(default_factory=dict)
+    # The highest start counter of the slot Jobs per slot and revision (Jobs of deleted slots included).
+    job_starts: Mapping[tuple[SlotName, str], int] = field(default_factory=dict)
+    backup: BackupView | None = None
+    neighbours: tuple[Neighbour, ...] = ()
+    shared_secret: bool = True
+    front: FrontWorkload = FrontWorkload.CURRENT
+    # kcp's controller lease: read only when the plan asks for it (ReadKcpLease), else None.
+    kcp_lease: LeaseReading | None = None
+    # What the last action of this round saw, when the plan decides what follows from it.
+    outcome: Outcome | None = None

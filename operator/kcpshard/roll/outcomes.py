@@ -1,0 +1,61 @@
+"""What an act handler saw, when the plan decides what follows from it.
+
+Types only (no functions at module level). A handler returns one of these and nothing else; the plan
+(`kcpshard.roll.plan`) turns it into the next action of the same round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kcpshard.roll.observed import LeaseReading
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Base of every outcome."""
+
+
+@dataclass(frozen=True)
+class Failed(Outcome):
+    """The action could not be carried out; the plan decides what that means for the roll."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class LeaseWatched(Outcome):
+    """kcp's controller lease as it was when the watch ended."""
+
+    last: LeaseReading
+
+
+@dataclass(frozen=True)
+class HolderSeen(Outcome):
+    """A holder other than the stale one took kcp's controller lease."""
+
+    holder: str
+
+
+@dataclass(frozen=True)
+class NoNewHolder(Outcome):
+    """Nobody but the stale holder took the lease in time; `detail` says what was seen last."""
+
+    waited: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class ProbeReady(Outcome):
+    """The probe workspace became Ready and was deleted."""
+
+    workspace: str
+    ready_seconds: float
+    identity_cache_deleted: bool = False
+
+
+@dataclass(frozen=True)
+class ProbeNotReady(Outcome):
+    waited: float
+    detail: str

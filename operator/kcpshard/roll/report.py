@@ -1,0 +1,127 @@
+"""The roll report: the timestamps a roll records, the durations read from them, and what a person reads
+when a roll did not succeed. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import RolloutStatus, RollReport
+from kcpshard.roll.actions import Step
+from kcpshard.roll.observed import SlotView
+
+RETRY_ANNOTATION = "kcpshard.dev/retry"
+
+# The report timestamp written when a roll leaves each step (and "slotStarting" on entering Starting).
+LEAVE_STAMP = {
+    Step.BACKING_UP: "backedUp",
+    Step.STARTING: "slotCreated",
+    Step.WAITING_READY: "ready",
+    Step.FLIPPING: "flipped",
+    Step.STOPPING_OLD: "oldExited",
+    Step.HANDING_OVER_LEASE: "leaseHandedOver",
+    Step.PROBING: "probed",
+    Step.DRAINING: "drained",
+}
+
+
+# Each step's duration in the report: (name, from timestamp, to timestamp).
+REPORT_SPANS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("backup", ("started",), "backedUp"),
+    ("startToReady", ("slotStarting",), "ready"),
+    ("flip", ("ready",), "flipped"),
+    ("oldExit", ("flipped",), "oldExited"),
+    # From whichever came last: blue/green stops the old slot after the flip, Single before the start.
+    ("leaseHandover", ("flipped", "oldExited"), "leaseHandedOver"),
+    ("probe", ("leaseHandedOver",), "probed"),
+    ("drain", ("probed",), "drained"),
+    ("outage", ("oldExited",), "flipped"),
+    ("total", ("started",), "finished"),
+)
+
+
+def durations(timestamps: Mapping[str, str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, starts, end in REPORT_SPANS:
+        begun = [cond.parse_time(timestamps[s]) for s in starts if s in timestamps]
+        if begun and end in timestamps:
+            delta = cond.parse_time(timestamps[end]) - max(begun)
+            if delta.total_seconds() >= 0:  # "outage" exists only where the old slot exited first (Single)
+                out[name] = round(delta.total_seconds(), 3)
+    return out
+
+
+def slot_durations(slot: SlotView | None, spans: Mapping[str, float]) -> dict[str, float]:
+    """What the kcp process itself took, as its host agent saw it, and the operator's share: the rest.
+
+    The operator's share is the total less the time spent waiting on kcp: the new process
+    from start to ready, the old one's exit (its shutdown delay), the lease pick-up and the probe.
+    """
+    out: dict[str, float] = {}
+    if slot is not None and slot.started_at and slot.ready_at:
+        delta = cond.parse_time(slot.ready_at) - cond.parse_time(slot.started_at)
+        out["kcpStartToReady"] = round(delta.total_seconds(), 3)
+    if "total" in spans and "kcpStartToReady" in out:
+        waited = out["kcpStartToReady"] + sum(
+            spans.get(k, 0.0) for k in ("oldExit", "leaseHandover", "probe")
+        )
+        out["operatorShare"] = round(max(spans["total"] - waited, 0.0), 3)
+    return out
+
+
+def roll_report(rollout: RolloutStatus, result: str, message: str, **extra: Any) -> RollReport:
+    return RollReport(
+        result=result,
+        fromSlot=rollout.from_slot,
+        toSlot=rollout.to_slot,
+        fromRevision=rollout.from_revision,
+        toRevision=rollout.target_revision,
+        shape=rollout.shape,
+        backup=rollout.backup,
+        retryToken=rollout.retry_token,
+        recovery=rollout.recovery,
+        message=message,
+        **extra,
+    )
+
+
+def finished_report(
+    rollout: RolloutStatus, to_slot: SlotView | None, message: str, finished_at: str
+) -> RollReport:
+    """The report of a roll that reached its end: Succeeded, or RolledBack when it restored the old one."""
+    timestamps = {**rollout.timestamps, "finished": finished_at}
+    spans = durations(timestamps)
+    measured = spans | slot_durations(to_slot, spans)
+    if rollout.backup is not None:
+        measured["backupJob"] = round(rollout.backup.seconds, 3)
+    if not rollout.restoring:
+        return roll_report(rollout, "Succeeded", message, timestamps=timestamps, durations=measured)
+    why = rollout.failure_message or "the new revision failed"
+    return roll_report(
+        rollout,
+        "RolledBack",
+        f"{why}; {message}",
+        reason=rollout.failure_reason,
+        timestamps=timestamps,
+        durations=measured,
+    )
+
+
+_OUTCOME = {"Aborted": "was aborted", "Failed": "failed", "RolledBack": "was rolled back"}
+
+
+def retry_hint(name: str) -> str:
+    return (
+        f"change the spec, or retry with: kubectl annotate kcpshard {name} "
+        f"{RETRY_ANNOTATION}=$(date +%s) --overwrite"
+    )
+
+
+def stall_message(last: RollReport, active_slot: str | None, active_revision: str | None, name: str) -> str:
+    """What a person reads when the last roll did not succeed: what serves, what failed, what to do."""
+    serving = (
+        f"slot {active_slot} serves revision {active_revision}; " if active_slot else "nothing serves yet; "
+    )
+    outcome = _OUTCOME.get(last.result, last.result)
+    return f"{serving}the roll to revision {last.to_revision} {outcome}: {last.message} ({retry_hint(name)})"

@@ -1,0 +1,278 @@
+"""The rules of each step of a roll under way: from what is observed, the one next action. Pure.
+
+Every timeout, URL and flag comes from the roll's own spec (`roll_spec`): the spec recorded when the
+roll started.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kcpshard.api.models import RolloutStatus, Shape, SlotName
+from kcpshard.kcp.flags import front_url
+from kcpshard.roll import lease
+from kcpshard.roll.actions import (
+    PROBE_PREFIX,
+    Action,
+    Advance,
+    CreateSlot,
+    DeleteSlot,
+    Finish,
+    Flip,
+    KillSlot,
+    Probe,
+    ReadKcpLease,
+    RequestDrain,
+    SlotMark,
+    StartBackup,
+    Step,
+    StopSlot,
+    Wait,
+)
+from kcpshard.roll.failures import abort, failure_action, pre_flip_failure
+from kcpshard.roll.observed import Observed, SlotView
+from kcpshard.roll.rollout import (
+    backup_job_name,
+    deadline,
+    expected_revision,
+    identity_cache_stale,
+    roll_spec,
+    slot_spec,
+)
+
+# While kcp's lease cannot be read, read it again after this long (until the handover's deadline).
+LEASE_RETRY_SECONDS = 2.0
+
+
+def after_backup(shape: Shape, has_old: bool) -> Step:
+    # Single shape: the old slot stops first (a planned outage), then the new one starts in its place.
+    return Step.STOPPING_OLD if shape is Shape.SINGLE and has_old else Step.STARTING
+
+
+def remove(slot: SlotView, why: str) -> Action:
+    """Delete a slot; one already on its way out is waited for (its deletion event wakes the loop)."""
+    if slot.deleting:
+        return Wait(f"slot {slot.name.value} is being deleted")
+    return DeleteSlot(slot.name, why=why)
+
+
+def backing_up(obs: Observed, rollout: RolloutStatus) -> Action:
+    spec = roll_spec(obs)
+    backup = obs.backup
+    if backup is None:
+        return StartBackup(backup_job_name(obs.name, rollout), spec, rollout.target_revision)
+    if backup.error is not None:
+        why = f"the store backup (Job {backup.job}) failed: {backup.error}"
+        return abort(obs, rollout, "BackupFailed", why)
+    if backup.report is not None:
+        nxt = after_backup(rollout.shape, rollout.from_slot is not None)
+        return Advance(
+            nxt, f"store saved to {backup.report.path} in {backup.report.seconds:.2f}s", backup.report
+        )
+    until = deadline(rollout, spec.roll.backup_timeout_seconds)
+    if obs.now >= until:
+        return abort(
+            obs,
+            rollout,
+            "BackupTimeout",
+            f"the store backup (Job {backup.job}) did not finish within "
+            f"{spec.roll.backup_timeout_seconds}s; see its logs: kubectl logs job/{backup.job}",
+        )
+    return Wait("waiting for the store backup", until=until)
+
+
+def starting(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
+    spec = roll_spec(obs)
+    want = expected_revision(rollout)
+    if to is not None:
+        stale = None
+        if to.revision != want:
+            stale = f"it runs revision {to.revision}, not {want}"
+        elif to.roll_id != rollout.id:
+            stale = "it was not started by this roll"
+        elif to.exited_at or to.deleting or (to.job is not None and to.job.finished):
+            stale = "it already ran and stopped"
+        if stale is not None:
+            # Never adopt a slot this roll did not start: whatever runs there goes first.
+            return remove(to, f"never adopted: {stale}")
+    to_slot = SlotName(rollout.to_slot)
+    if to is None and obs.busy.get(to_slot, 0):
+        # A process of an earlier slot object still stops there; the new one must not share its root.
+        until = deadline(rollout, spec.roll.ready_timeout_seconds)
+        if obs.now >= until:
+            return pre_flip_failure(
+                obs,
+                rollout,
+                "SlotBusy",
+                f"an earlier process of slot {rollout.to_slot} did not stop within "
+                f"{spec.roll.ready_timeout_seconds}s on node {spec.node}; see "
+                f"kubectl get pods -l kcpshard.dev/shard={obs.name},kcpshard.dev/slot={rollout.to_slot}",
+            )
+        return Wait(f"waiting for the earlier process of slot {rollout.to_slot} to stop", until=until)
+    if to is None or (to.job is None and to.live_pods == 0):
+        # No slot yet, or its Job was never created (an operator stopped between the two writes). The start
+        # counter is one no Job of this slot and revision used: a Job of an earlier slot object may still
+        # be terminating, and the new slot must never meet it under the same name.
+        start = obs.job_starts.get((to_slot, want), -1) + 1
+        return CreateSlot(to_slot, want, start, slot_spec(obs, rollout), roll_id=rollout.id)
+    return Advance(Step.WAITING_READY, f"slot {to.name.value} created")
+
+
+def waiting_ready(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
+    spec = roll_spec(obs)
+    if to is None:
+        return pre_flip_failure(
+            obs, rollout, "SlotLost", f"slot {rollout.to_slot} disappeared before it was ready"
+        )
+    seed_failure = to.failed("Seeded")
+    if seed_failure is not None:
+        reason = str(seed_failure.get("reason") or "SeedFailed")
+        if reason not in ("StoreUnreachable", "MissingSecret"):
+            reason = "SeedFailed"
+        return pre_flip_failure(
+            obs, rollout, reason, f"slot {to.name.value}: {seed_failure.get('message', '')}"
+        )
+    job_name = to.job.name if to.job else "?"
+    if to.exited_at is not None or (to.job is not None and to.job.finished) or to.gone:
+        code = f" with code {to.exit_code}" if to.exit_code is not None else ""
+        why = f" ({to.job.message})" if to.job is not None and to.job.message else ""
+        return pre_flip_failure(
+            obs,
+            rollout,
+            "SlotExited",
+            f"slot {to.name.value} exited{code} before it was ready{why}; see kubectl logs job/{job_name}",
+        )
+    if to.true("Ready") and to.port:
+        return Advance(Step.FLIPPING, f"slot {to.name.value} is ready on port {to.port}")
+    until = deadline(rollout, spec.roll.ready_timeout_seconds)
+    if obs.now >= until:
+        if to.started_at is None and not to.conditions:
+            what = (
+                f"its host agent never reported: is the pod of Job {job_name} running on node "
+                f"{spec.node}? (kubectl describe pods -l job-name={job_name})"
+            )
+        else:
+            what = (
+                f"Seeded={to.state('Seeded')}, Listening={to.state('Listening')}, Ready={to.state('Ready')}; "
+                f"see kubectl logs job/{job_name}"
+            )
+        return pre_flip_failure(
+            obs,
+            rollout,
+            "ReadyTimeout",
+            f"slot {to.name.value} was not ready within {spec.roll.ready_timeout_seconds}s ({what})",
+        )
+    return Wait("waiting for the new slot to be ready", until=until)
+
+
+def flipping(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
+    spec = roll_spec(obs)
+    front = obs.status.front
+    if to is None or not to.port or to.gone:
+        return pre_flip_failure(obs, rollout, "SlotLost", f"slot {rollout.to_slot} stopped during the flip")
+    if front is not None and front.observed_backend == to.name.value and front.observed_port == to.port:
+        return flipped(rollout, to.name, to.port)
+    if front is None or front.desired_backend != to.name.value or front.desired_port != to.port:
+        return Flip(to.name, to.port, expected_revision(rollout))
+    until = deadline(rollout, spec.roll.flip_timeout_seconds)
+    if obs.now >= until:
+        return pre_flip_failure(
+            obs,
+            rollout,
+            "FlipTimeout",
+            f"the front did not confirm slot {to.name.value} within {spec.roll.flip_timeout_seconds}s; "
+            f"check the front agent on node {spec.node} (kubectl logs deployment/{obs.name}-front)",
+        )
+    return Wait("waiting for the front to confirm the flip", until=until)
+
+
+def flipped(rollout: RolloutStatus, to: SlotName, port: int) -> Advance:
+    """The front serves the new slot: mark both slots, record the spec that now serves, publish its
+    kcp-admin kubeconfig, and go on with the shape's next step."""
+    message = f"the front serves slot {to.value} on port {port}"
+    if rollout.shape is Shape.BLUE_GREEN and rollout.from_slot and not rollout.restoring:
+        nxt = Step.STOPPING_OLD
+    else:
+        # Single shape: the old slot stopped before this one started. The first slot too: a shard created
+        # again on a kept store finds its predecessor's lease.
+        nxt = Step.HANDING_OVER_LEASE
+    # The slots' conditions go first: an operator stopped between the writes redoes them all.
+    marks = [SlotMark(to.value, "Flipped", "True", "FrontServes", message)]
+    if rollout.from_slot and rollout.from_slot != to.value:
+        moved = f"the front serves slot {to.value}"
+        marks.append(SlotMark(rollout.from_slot, "Flipped", "False", "FrontMovedOn", moved))
+    serving = rollout.target_spec if not rollout.restoring else None
+    return Advance(nxt, message, marks=tuple(marks), active_spec=serving, publish_admin=True)
+
+
+def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:
+    single = rollout.shape is Shape.SINGLE
+    nxt = Step.STARTING if single else Step.HANDING_OVER_LEASE
+    if old is None or old.gone or (single and old.revision != rollout.from_revision):
+        return Advance(nxt, f"slot {rollout.from_slot} has stopped")
+    if old.job is not None and not old.job.deleting:
+        return StopSlot(old.name, old.job.name)
+    timeout = roll_spec(obs).roll.stop_timeout_seconds
+    until = deadline(rollout, timeout)
+    if obs.now >= until:
+        # kcp and its host agent outlived SIGTERM and the grace period: the kubelet kills them.
+        return KillSlot(old.name, old.pods, timeout)
+    return Wait("waiting for the old slot to exit", until=until)
+
+
+def handing_over(obs: Observed, rollout: RolloutStatus) -> Action:
+    spec = roll_spec(obs)
+    url = front_url(spec)
+    reading = obs.kcp_lease
+    if reading is None:
+        return ReadKcpLease(url)
+    until = deadline(rollout, spec.roll.lease_timeout_seconds)
+    if reading.error is not None:
+        message = f"could not read kcp's controller lease: {reading.error}"
+        if obs.now >= until:
+            return failure_action(obs, "LeaseTimeout", message)
+        return Wait(message, until=min(until, obs.now + datetime.timedelta(seconds=LEASE_RETRY_SECONDS)))
+    return lease.hand_over(reading, rollout, url, obs.now, until)
+
+
+def probing(obs: Observed, rollout: RolloutStatus) -> Action:
+    spec, runs = roll_spec(obs), slot_spec(obs, rollout)
+    until = deadline(rollout, spec.roll.probe_timeout_seconds)
+    return Probe(
+        front_url(spec),
+        prefix=f"{PROBE_PREFIX}{rollout.target_revision[:8]}",
+        timeout=max((until - obs.now).total_seconds(), 0.1),
+        stale_identity_cache=runs.kcp.version if identity_cache_stale(runs) else None,
+    )
+
+
+def probed(rollout: RolloutStatus, message: str) -> Advance:
+    mark = SlotMark(rollout.to_slot, "Probed", "True", "WorkspaceReady", message)
+    return Advance(Step.DRAINING if rollout.from_slot else Step.RETIRING, message, marks=(mark,))
+
+
+def draining(obs: Observed, rollout: RolloutStatus) -> Action:
+    old = rollout.from_slot
+    if old is None or old == rollout.to_slot:
+        return Advance(Step.RETIRING, "no old slot to drain")
+    front = obs.status.front
+    open_conns = front.connections.get(old, 0) if front else 0
+    if open_conns == 0:
+        return Advance(Step.RETIRING, f"no connections left on slot {old}")
+    until = deadline(rollout, roll_spec(obs).roll.drain_timeout_seconds)
+    if obs.now >= until:
+        if front is None or front.drain != old:
+            return RequestDrain(SlotName(old))
+        # The front was asked to close them; the old kcp has exited anyway, so do not wait on it forever.
+        return Advance(
+            Step.RETIRING, f"asked the front to close the {open_conns} connection(s) left on slot {old}"
+        )
+    return Wait(f"{open_conns} connections still open on slot {old}", until=until)
+
+
+def retiring(rollout: RolloutStatus, old: SlotView | None) -> Action:
+    if old is not None and rollout.from_slot is not None and rollout.from_slot != rollout.to_slot:
+        return remove(old, "retired after the roll")
+    if rollout.restoring:
+        return Finish(f"slot {rollout.to_slot} serves the old revision {rollout.from_revision} again")
+    return Finish(f"slot {rollout.to_slot} serves revision {rollout.target_revision}")

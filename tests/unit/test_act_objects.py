@@ -1,0 +1,65 @@
+"""The shard's own objects (shared Secret, front Deployment) and the store backup Job, against a
+recording API: requests in order, and a request failing halfway."""
+
+from __future__ import annotations
+
+import pytest
+
+from fakes import REV, SPEC, RecordingApi, act_context, observed
+from kcpshard.controller.act import backup, objects
+from kcpshard.k8s import builders
+from kcpshard.k8s.api import DEPLOYMENTS, JOBS, SECRETS, ApiError
+from kcpshard.roll.actions import StartBackup
+from kcpshard.roll.outcomes import Failed
+
+
+async def test_shared_secret_is_created_once() -> None:
+    api = RecordingApi()
+    obs = observed(api)
+    await objects.create_shared_secret(act_context(api), obs)
+    await objects.create_shared_secret(act_context(api), obs)  # an earlier round made it: fine
+    assert api.writes() == [("create", "secrets", "root-shared"), ("create", "secrets", "root-shared")]
+    assert api.stored(SECRETS, "root-shared")["data"] == {}
+
+
+async def test_front_is_created_then_replaced_at_its_resource_version() -> None:
+    api = RecordingApi()
+    obs = observed(api)
+    await objects.create_front(act_context(api), obs)
+    assert api.requests == [("create", "deployments", "root-front")]
+    api.touch(DEPLOYMENTS, "root-front", lambda d: d["metadata"].update(annotations={}))
+    api.requests.clear()
+    await objects.update_front(act_context(api), obs)
+    assert api.requests == [("get", "deployments", "root-front"), ("replace", "deployments", "root-front")]
+    front = api.stored(DEPLOYMENTS, "root-front")
+    assert builders.TEMPLATE_HASH in front["metadata"]["annotations"]
+
+
+async def test_front_update_racing_another_writer_fails_and_the_next_round_retries() -> None:
+    api = RecordingApi()
+    obs = observed(api)
+    await objects.create_front(act_context(api), obs)
+    api.fail("replace", "deployments", error=ApiError(409, "Conflict", "modified"))
+    with pytest.raises(ApiError, match="409"):
+        await objects.update_front(act_context(api), obs)
+    await objects.update_front(act_context(api), obs)
+    assert api.writes()[-1] == ("replace", "deployments", "root-front")
+
+
+async def test_backup_job_is_created_once_under_the_planned_name() -> None:
+    api = RecordingApi()
+    action = StartBackup("root-backup-r1", SPEC, REV)
+    assert await backup.start_backup(act_context(api), action, observed(api)) is None
+    assert await backup.start_backup(act_context(api), action, observed(api)) is None
+    assert api.writes() == [("create", "jobs", "root-backup-r1"), ("create", "jobs", "root-backup-r1")]
+    assert api.names(JOBS) == ["root-backup-r1"]
+
+
+async def test_backup_that_cannot_be_built_is_a_failure_and_nothing_is_written() -> None:
+    api = RecordingApi()
+    kine = SPEC.model_copy(update={"store": SPEC.store.model_copy(update={"etcd": None})})
+    outcome = await backup.start_backup(
+        act_context(api), StartBackup("root-backup-r1", kine, REV), observed(api)
+    )
+    assert outcome == Failed("BackupFailed", "backup needs an etcd store")
+    assert api.writes() == []

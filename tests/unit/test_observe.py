@@ -1,0 +1,179 @@
+"""The observer against a recording API: it only reads, and returns what the plan needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fakes import LOG, SPEC, RecordingApi, RecordingKcp, lease, shard_body
+from kcpshard.api.models import SlotName
+from kcpshard.controller.config import OperatorConfig
+from kcpshard.controller.kcp_access import NoRootMaterial
+from kcpshard.controller.observe import Observer
+from kcpshard.controller.shard_index import ShardIndex, index_entries
+from kcpshard.k8s import builders
+from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, PODS, SECRETS
+from kcpshard.kcp.errors import KcpError
+from kcpshard.roll.observed import FrontWorkload, LeaseReading, Observed, ShardOnly
+
+URL = "https://127.0.0.1:6443"
+
+
+def observer(api: RecordingApi, kcp: RecordingKcp | None = None, index: ShardIndex | None = None) -> Observer:
+    kcp = kcp or RecordingKcp()
+    return Observer(api, "default", "root", OperatorConfig(), index or ShardIndex(), kcp.connect, LOG)  # type: ignore[arg-type]
+
+
+def labelled(kind: str, name: str, slot: str, revision: str, **more: Any) -> dict[str, Any]:
+    labels = builders.labels("root", "slot", **{builders.LABEL_SLOT: slot, builders.LABEL_REVISION: revision})
+    return {"kind": kind, "metadata": {"name": name, "labels": labels | more.pop("labels", {})}, **more}
+
+
+async def test_a_full_round_only_reads() -> None:
+    api = RecordingApi()
+    api.put(KCPSHARDS, shard_body())
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed)
+    assert {verb for verb, _, _ in api.requests} == {"get", "list"}
+    assert [r[1] for r in api.requests] == ["kcpshards", "kcpslots", "jobs", "pods", "secrets", "deployments"]
+    assert not obs.shared_secret and obs.front is FrontWorkload.ABSENT
+    assert obs.kcp_lease is None  # read only when the plan asks
+    assert obs.generation == 2 and obs.shard["metadata"]["uid"] == "uid-root"
+
+
+async def test_a_shard_being_deleted_is_read_alone() -> None:
+    api = RecordingApi()
+    body = shard_body()
+    body["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
+    api.put(KCPSHARDS, body)
+    obs = await observer(api).observe()
+    assert isinstance(obs, ShardOnly) and obs.deleting
+    assert api.requests == [("get", "kcpshards", "root")]
+
+
+async def test_a_spec_that_does_not_parse_is_read_alone_with_what_is_wrong() -> None:
+    api = RecordingApi()
+    body = shard_body()
+    del body["spec"]["node"]
+    api.put(KCPSHARDS, body)
+    obs = await observer(api).observe()
+    assert isinstance(obs, ShardOnly) and obs.spec_error == "spec.node: Field required"
+    assert api.requests == [("get", "kcpshards", "root")]
+
+
+async def test_the_recorded_specs_are_parsed_once() -> None:
+    api = RecordingApi()
+    target = shard_body()["spec"] | {"roll": {"readyTimeoutSeconds": 7}}
+    rollout = {
+        "step": "Starting",
+        "toSlot": "b",
+        "targetRevision": "r",
+        "startedAt": "t",
+        "targetSpec": target,
+    }
+    api.put(KCPSHARDS, shard_body(rollout=rollout, activeSpec=shard_body()["spec"]))
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed)
+    assert obs.target_spec is not None and obs.target_spec.roll.ready_timeout_seconds == 7
+    assert obs.active_spec is not None and obs.target_spec_error is None
+    broken = {**rollout, "targetSpec": {"node": "n1"}}
+    api.put(KCPSHARDS, shard_body(rollout=broken))
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed) and obs.target_spec is None
+    assert (
+        obs.target_spec_error is not None and "status.targetSpec.kcp: Field required" in obs.target_spec_error
+    )
+
+
+async def test_slots_jobs_and_pods_make_the_slot_views() -> None:
+    api = RecordingApi()
+    api.put(KCPSHARDS, shard_body())
+    slot_labels = builders.labels("root", "slot", **{builders.LABEL_SLOT: "b"})
+    api.put(
+        KCPSLOTS,
+        {
+            "metadata": {"name": "root-b", "labels": slot_labels},
+            "spec": {"slot": "b", "revision": "r1", "start": 1, "roll": "x"},
+            "status": {"port": 4321, "conditions": [{"type": "Ready", "status": "True"}]},
+        },
+    )
+    api.put(
+        JOBS,
+        labelled("Job", "root-b-r1-1", "b", "r1", labels={builders.LABEL_START: "1"}, status={"active": 1}),
+    )
+    api.put(JOBS, labelled("Job", "root-b-r1-0", "b", "r1", labels={builders.LABEL_START: "0"}))
+    api.put(PODS, labelled("Pod", "pod-live", "b", "r1", status={"phase": "Running"}))
+    api.put(PODS, labelled("Pod", "pod-done", "b", "r1", status={"phase": "Succeeded"}))
+    api.put(PODS, labelled("Pod", "pod-old", "b", "r0", status={"phase": "Running"}))
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed)
+    view = obs.slots[SlotName.B]
+    assert (view.revision, view.start, view.roll_id, view.port) == ("r1", 1, "x", 4321)
+    assert view.job is not None and view.job.name == "root-b-r1-1" and view.job.active == 1
+    assert view.pods == ("pod-live",) and view.true("Ready")
+    assert obs.busy == {SlotName.A: 0, SlotName.B: 2}  # a process of an older revision still stops there
+    assert obs.job_starts == {(SlotName.B, "r1"): 1}
+
+
+async def test_the_backup_job_is_read_while_backing_up() -> None:
+    api = RecordingApi()
+    rollout = {"step": "BackingUp", "id": "r-1", "toSlot": "b", "targetRevision": "r", "startedAt": "t"}
+    api.put(KCPSHARDS, shard_body(rollout=rollout))
+    failed = {"conditions": [{"type": "Failed", "status": "True", "reason": "DeadlineExceeded"}], "failed": 1}
+    api.put(JOBS, {"metadata": {"name": "root-backup-r-1"}, "status": failed})
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed) and obs.backup is not None
+    assert obs.backup.error == "backup Job root-backup-r-1 failed without a report: DeadlineExceeded"
+    assert ("get", "jobs", "root-backup-r-1") in api.requests
+
+
+async def test_the_shards_own_objects_are_compared_with_what_the_spec_asks() -> None:
+    api = RecordingApi()
+    shard = api.put(KCPSHARDS, shard_body())
+    api.put(SECRETS, {"metadata": {"name": "root-shared"}})
+    front = builders.front_deployment(shard, SPEC)
+    api.put(DEPLOYMENTS, front)
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed) and obs.shared_secret and obs.front is FrontWorkload.CURRENT
+    api.touch(DEPLOYMENTS, "root-front", lambda d: d["metadata"].update(annotations={}))
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed) and obs.front is FrontWorkload.STALE
+
+
+async def test_neighbours_come_from_the_index_not_from_a_list_of_every_shard() -> None:
+    api = RecordingApi()
+    api.put(KCPSHARDS, shard_body())
+    other = shard_body("other")
+    index = ShardIndex({key: [value] for key, value in index_entries(other).items()})
+    obs = await observer(api, index=index).observe()
+    assert isinstance(obs, Observed) and [n.name for n in obs.neighbours] == ["other"]
+    assert ("list", "kcpshards", "") not in api.requests
+
+
+async def test_kcps_lease_is_read_through_the_front_on_request() -> None:
+    api = RecordingApi()
+    api.put(KCPSHARDS, shard_body())
+    kcp = RecordingKcp(leases=[lease("kcp-1")])
+    o = observer(api, kcp)
+    obs = await o.observe()
+    assert isinstance(obs, Observed)
+    read = await o.read_kcp_lease(obs, URL)
+    assert read.kcp_lease is not None and read.kcp_lease.holder == "kcp-1" and read.kcp_lease.found
+    assert kcp.urls == [URL] and kcp.calls == [("get_lease",), ("close",)]
+
+
+async def test_a_lease_that_cannot_be_read_is_an_observation_not_an_error() -> None:
+    api = RecordingApi()
+    api.put(KCPSHARDS, shard_body())
+    kcp = RecordingKcp(errors={"get_lease": KcpError("connection refused")})
+    o = observer(api, kcp)
+    obs = await o.observe()
+    assert isinstance(obs, Observed)
+    read = await o.read_kcp_lease(obs, URL)
+    assert read.kcp_lease == LeaseReading(error="connection refused")
+
+    async def no_material(url: str) -> None:
+        raise NoRootMaterial("Secret root-shared has no admin.kubeconfig")
+
+    o.connect = no_material  # type: ignore[assignment]
+    read = await o.read_kcp_lease(obs, URL)
+    assert read.kcp_lease == LeaseReading(error="Secret root-shared has no admin.kubeconfig")

@@ -1,0 +1,214 @@
+"""The status writer against a recording API: each record is one resourceVersion-guarded
+read-modify-write (retried on 409), other writers' fields survive it, and its Events."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from fakes import LOG, RecordedEvents, RecordingApi, observed
+from kcpshard.api import conditions as cond
+from kcpshard.api.models import KcpShardStatus, RolloutStatus, SlotName
+from kcpshard.controller.status_writer import StatusWriter
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiError, Conflict
+from kcpshard.roll.actions import (
+    Abort,
+    Advance,
+    Fail,
+    Finish,
+    Flip,
+    Record,
+    Restore,
+    SlotMark,
+    StartRoll,
+    Step,
+)
+from kcpshard.roll.observed import Observed
+
+STAMP = "2026-12-01T12:00:00.000000Z"
+READ_WRITE = [("get", "kcpshards", "root"), ("replace", "kcpshards/status", "root")]
+
+
+def writer(api: RecordingApi) -> tuple[StatusWriter, RecordedEvents]:
+    events = RecordedEvents()
+    return StatusWriter(api, "default", "root", LOG, events), events
+
+
+def rollout(step: Step, **kw: Any) -> RolloutStatus:
+    kw.setdefault("from_slot", "a")
+    kw.setdefault("from_revision", "old")
+    return RolloutStatus(step=step.value, to_slot="b", target_revision="new", started_at=STAMP, **kw)
+
+
+def during(api: RecordingApi, ro: RolloutStatus, **status: Any) -> Observed:
+    """The shard stored mid-roll, and the round's observation of it."""
+    current = KcpShardStatus(rollout=ro, active_slot="a", active_revision="old", **status)
+    obs = observed(api, current)
+    api.touch(
+        KCPSHARDS,
+        "root",
+        lambda o: o.update(status=current.model_dump(mode="json", by_alias=True, exclude_none=True)),
+    )
+    api.requests.clear()
+    return obs
+
+
+def status(api: RecordingApi) -> dict[str, Any]:
+    return api.stored(KCPSHARDS, "root")["status"]
+
+
+def condition(api: RecordingApi, type_: str) -> tuple[str, str]:
+    found = cond.find(status(api).get("conditions"), type_)
+    assert found is not None, type_
+    return found["status"], found["reason"]
+
+
+async def test_first_sight_writes_ready_unknown_once() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = observed(api)
+    await w.first_sight(obs)
+    await w.first_sight(obs)
+    assert api.requests == [*READ_WRITE, ("get", "kcpshards", "root")]  # the second time: nothing to write
+    assert condition(api, "Ready") == ("Unknown", "Observed")
+    assert events.posted == []
+
+
+async def test_a_stall_is_written_and_told_once() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = observed(api)
+    await w.stall(obs, "InvalidSpec", "spec.node: bad")
+    await w.stall(obs, "InvalidSpec", "spec.node: bad")
+    assert api.writes() == [("replace", "kcpshards/status", "root")]
+    assert condition(api, "Stalled") == ("True", "InvalidSpec")
+    assert status(api)["observedGeneration"] == 2
+    assert events.posted == [("InvalidSpec", "spec.node: bad", True)]
+
+
+async def test_a_write_that_meets_another_writer_is_read_again_and_keeps_its_fields() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = observed(api)
+    api.touch(KCPSHARDS, "root", lambda o: o.update(status={"front": {"observedBackend": "a"}}))
+    api.fail("replace", "kcpshards/status", error=Conflict(409, "Conflict", "modified"))
+    await w.steady(obs, "slot a serves revision r")
+    assert api.requests == READ_WRITE * 2
+    assert status(api)["front"] == {"observedBackend": "a"}  # the front agent's report survives
+    assert condition(api, "Ready") == ("True", "Serving")
+
+
+async def test_start_roll_records_the_rollout_once_and_says_so() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = observed(api)
+    ro = rollout(Step.STARTING)
+    await w.start_roll(obs, StartRoll(ro))
+    await w.start_roll(obs, StartRoll(ro.model_copy(update={"id": "another"})))  # a second start: no-op
+    assert status(api)["rollout"]["step"] == "Starting" and "id" not in status(api)["rollout"]
+    assert condition(api, "Reconciling") == ("True", "Progressing")
+    assert events.reasons == ["RollStarted", "RollStarted"]
+
+
+async def test_advance_marks_the_slots_first_and_a_failed_step_write_is_redone_whole() -> None:
+    api = RecordingApi()
+    api.put(KCPSLOTS, {"metadata": {"name": "root-b"}, "status": {}})
+    w, events = writer(api)
+    obs = during(api, rollout(Step.FLIPPING, target_spec={"node": "n1"}))
+    mark = SlotMark("b", "Flipped", "True", "FrontServes", "the front serves slot b")
+    action = Advance(Step.STOPPING_OLD, "the front serves slot b", marks=(mark,), active_spec={"node": "n1"})
+    api.fail("replace", "kcpshards/status")
+    with pytest.raises(ApiError):
+        await w.advance(obs, action)
+    assert api.writes() == [("replace", "kcpslots/status", "root-b"), ("replace", "kcpshards/status", "root")]
+    assert status(api)["rollout"]["step"] == "Flipping"  # the step is not recorded: the round is redone
+    await w.advance(obs, action)
+    assert status(api)["rollout"]["step"] == "StoppingOld"
+    assert "flipped" in status(api)["rollout"]["timestamps"]
+    assert status(api)["activeSpec"] == {"node": "n1"}
+    assert cond.is_true(api.stored(KCPSLOTS, "root-b")["status"]["conditions"], "Flipped")
+    assert events.reasons == ["StoppingOld"]
+
+
+async def test_advance_of_a_step_already_left_writes_nothing() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = during(api, rollout(Step.STARTING))
+    api.touch(KCPSHARDS, "root", lambda o: o["status"]["rollout"].update(step="WaitingReady"))
+    await w.advance(obs, Advance(Step.WAITING_READY, "slot b created"))
+    assert api.writes() == []
+
+
+async def test_flip_writes_the_record_and_the_desired_backend_together() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = during(api, rollout(Step.FLIPPING), front={"drain": "a"})
+    await w.flip(obs, Flip(SlotName.B, 4321, "new"))
+    assert api.writes() == [("replace", "kcpshards/status", "root")]
+    assert (status(api)["activeSlot"], status(api)["activeRevision"]) == ("b", "new")
+    front = status(api)["front"]
+    assert (front["desiredBackend"], front["desiredPort"], front.get("drain")) == ("b", 4321, None)
+    assert events.reasons == ["Flip"]
+
+
+async def test_finish_writes_the_report_and_clears_the_roll() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = during(api, rollout(Step.RETIRING, timestamps={"started": STAMP}))
+    await w.finish(obs, Finish("slot b serves revision new"))
+    last = status(api)["lastRoll"]
+    assert "rollout" not in status(api) and last["result"] == "Succeeded" and "total" in last["durations"]
+    assert condition(api, "Ready") == ("True", "Serving")
+    assert events.reasons == ["RollSucceeded"]
+
+
+async def test_abort_puts_the_previous_record_back() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = during(api, rollout(Step.FLIPPING), front={"desiredBackend": "b", "desiredPort": 4321})
+    api.touch(KCPSHARDS, "root", lambda o: o["status"].update(activeSlot="b", activeRevision="new"))
+    await w.abort(obs, Abort("FlipTimeout", "the front did not confirm", put_back=Record("a", "old", 1111)))
+    assert (status(api)["activeSlot"], status(api)["activeRevision"]) == ("a", "old")
+    front = status(api)["front"]
+    assert (front["desiredBackend"], front["desiredPort"]) == ("a", 1111)
+    assert status(api)["lastRoll"]["result"] == "Aborted" and "rollout" not in status(api)
+    assert condition(api, "Stalled") == ("True", "FlipTimeout")
+    reason, message, warning = events.posted[-1]
+    assert reason == "FlipTimeout" and warning and message.startswith("slot a serves revision old")
+
+
+async def test_fail_ends_the_roll_without_flipping_back() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = during(api, rollout(Step.PROBING))
+    await w.fail(obs, Fail("ProbeFailed", "the probe workspace did not become Ready"))
+    assert status(api)["activeSlot"] == "a" and status(api)["lastRoll"]["result"] == "Failed"
+    assert status(api)["failedRoll"]["reason"] == "ProbeFailed"
+
+
+async def test_restore_starts_the_old_revision_again_with_the_failed_holder_recorded() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = during(api, rollout(Step.WAITING_READY, shape="Single", from_slot="b"))
+    await w.restore(obs, Restore("SlotExited", "slot b exited", holder="failed-kcp"))
+    ro = status(api)["rollout"]
+    assert (ro["restoring"], ro["step"], ro["fromHolder"]) == (True, "Starting", "failed-kcp")
+    assert events.reasons == ["SlotExited"]
+
+
+async def test_a_mark_on_a_slot_already_gone_is_no_error() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    await w.mark_slot(SlotMark("a", "Flipped", "False", "FrontMovedOn", "moved"))
+    assert api.requests == [("get", "kcpslots", "root-a")]
+
+
+def test_events_are_about_the_shard_as_read_and_need_it() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = observed(api)
+    w.event(obs, "Drain", "asked the front")
+    w.event(dataclasses.replace(obs, shard={}), "Drain", "nothing to name")
+    assert events.posted == [("Drain", "asked the front", False)]
