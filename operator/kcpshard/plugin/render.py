@@ -15,7 +15,9 @@ from typing import Any
 
 from kcpshard.api import conditions as cond
 from kcpshard.k8s.duration import human_duration
-from kcpshard.roll.plan import LEAVE_STAMP, POST_FLIP, Step
+from kcpshard.roll.actions import Step
+from kcpshard.roll.failures import POST_FLIP
+from kcpshard.roll.report import LEAVE_STAMP
 
 Obj = Mapping[str, Any]
 

@@ -7,11 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kcpshard.api import conditions as cond
+from kcpshard.api.annotations import RETRY
 from kcpshard.api.models import RolloutStatus, RollReport
 from kcpshard.roll.actions import Step
 from kcpshard.roll.observed import SlotView
 
-RETRY_ANNOTATION = "kcpshard.dev/retry"
+RETRY_ANNOTATION = RETRY  # the one name, shared with the plugin (api/annotations.py)
 
 # The report timestamp written when a roll leaves each step (and "slotStarting" on entering Starting).
 LEAVE_STAMP = {
