@@ -16,6 +16,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 bin="$here/bin"
 cache="${KCPSHARD_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kcpshard/tools}"
 
+# Go's own installer puts it in /usr/local/go; a shell without its profile may not have it on PATH.
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then PATH="$PATH:/usr/local/go/bin"; fi
 if ! command -v go >/dev/null 2>&1; then
   echo "tools: Go is not installed. Install Go 1.26 or newer (Debian: golang-go from backports," >&2
   echo "       or the official release in /usr/local/go) and put 'go' on PATH, then run make test again." >&2
