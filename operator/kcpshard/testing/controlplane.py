@@ -23,9 +23,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import shutil
 import ssl
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
 import httpx
@@ -53,6 +54,9 @@ CONTROLLERS = (
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 APISERVER_START_TIMEOUT = 120.0
 CONTROLLER_MANAGER_START_TIMEOUT = 60.0
+
+
+Setup = Callable[["ControlPlane"], Awaitable[None]]
 
 
 class ControlPlaneError(RuntimeError):
@@ -87,11 +91,21 @@ class ControlPlane:
         self._admin_tls: ssl.SSLContext | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(
+        self, before_controllers: Callable[[ControlPlane], Awaitable[None]] | None = None
+    ) -> None:
+        """Start etcd, the API server and the controller manager; `before_controllers` runs in between.
+
+        What a cluster has before its controllers see it goes there: kube-controller-manager's garbage
+        collector reads the served kinds at start and refreshes them only every 30 s, so owner references
+        to a CRD applied later are not followed until then.
+        """
         binaries = {name: tools.tool(name) for name in ("kube-apiserver", "kube-controller-manager", "etcd")}
         self.etcd.binary = str(binaries["etcd"])
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.workdir.chmod(0o700)
+        # A fresh cluster each time: the CA and the keys are new, tokens and pods of an old run are stale.
+        shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
         ca = CertificateAuthority("kcpshard-dev-ca")
         self.ca_path.write_bytes(ca.cert_pem)
         serving_cert, serving_key = ca.serving().write(
@@ -108,6 +122,8 @@ class ControlPlane:
             await self._start_apiserver(binaries["kube-apiserver"], serving_cert, serving_key)
             client_kubeconfig(self.admin_kubeconfig, self.url, self.ca_path, admin)
             client_kubeconfig(self.controller_manager_kubeconfig, self.url, self.ca_path, controller_manager)
+            if before_controllers is not None:
+                await before_controllers(self)
             await self._start_controller_manager(binaries["kube-controller-manager"])
         except BaseException:
             await self.stop()

@@ -155,9 +155,12 @@ async def dev_environment(
         if kind == "real":
             plane = ControlPlane(directory / "controlplane")
             stack.push_async_callback(plane.stop)
-            await plane.start()
+
+            async def install(plane: ControlPlane) -> None:
+                await apply_manifests(plane.admin_kubeconfig, crd_dir)
+
+            await plane.start(before_controllers=install)
             admin, url = plane.admin_kubeconfig, plane.url
-            await apply_manifests(admin, crd_dir)
             api_client = ApiClient.from_kubeconfig(admin)
             stack.push_async_callback(api_client.aclose)
             token = await request_token(api_client, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
