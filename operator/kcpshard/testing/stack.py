@@ -147,9 +147,9 @@ def shard_manifest(
     }
 
 
-def stack_api() -> ApiKind:
-    """`KCPSHARD_API` (`real` or `emulated`); the real control plane unless it says otherwise."""
-    value = os.environ.get("KCPSHARD_API", "real")
+def stack_api(default: ApiKind = "real") -> ApiKind:
+    """`KCPSHARD_API` (`real` or `emulated`), else `default`."""
+    value = os.environ.get("KCPSHARD_API") or default
     if value not in ("real", "emulated"):
         raise ValueError(f"KCPSHARD_API={value!r}: use real or emulated")
     return "real" if value == "real" else "emulated"

@@ -5,10 +5,10 @@
 - Heartbeat (``pkg/kubelet/nodelease``): the ``Lease`` ``kube-node-lease/<node>``, owned by the Node,
   renewed every ``heartbeat`` seconds (a kubelet: 10 s for a 40 s lease).
 - Pod identity (``pkg/kubelet/token/token_manager.go``): a token of the pod's ``serviceAccountName``
-  (``default`` when unset) bound to the pod, renewed at 80 % of its life. A kubelet projects it as a file
-  for in-cluster config; here it is a kubeconfig file in the pod's folder and ``KUBECONFIG`` names it,
-  since the pods' programs reach the API server through a kubeconfig (there is no
-  ``KUBERNETES_SERVICE_HOST`` on this machine). ``automountServiceAccountToken: false`` gets none.
+  bound to the pod, renewed at 80 % of its life (none for a pod that names no account). A kubelet
+  projects it as a file for in-cluster config; here it is a kubeconfig file in the pod's folder and
+  ``KUBECONFIG`` names it, since the pods' programs reach the API server through a kubeconfig (there
+  is no ``KUBERNETES_SERVICE_HOST`` on this machine). ``automountServiceAccountToken: false`` gets none.
 """
 
 from __future__ import annotations
@@ -173,11 +173,16 @@ class PodIdentity:
 
     @staticmethod
     def service_account(pod: Mapping[str, Any]) -> str | None:
-        """The pod's service account, or None when it asks for no token."""
+        """The pod's service account, or None when it gets no token.
+
+        Without the ServiceAccount admission plugin (off, as in envtest) a pod that names no account keeps
+        an empty `serviceAccountName` and gets no token volume, so a kubelet gives it no identity; the
+        API server would refuse a token of `default` bound to it anyway ("pod running with different
+        serviceaccount name")."""
         spec = pod.get("spec") or {}
-        if spec.get("automountServiceAccountToken") is False:
+        if spec.get("automountServiceAccountToken") is False or not spec.get("serviceAccountName"):
             return None
-        return str(spec.get("serviceAccountName") or "default")
+        return str(spec["serviceAccountName"])
 
     async def _token(self, pod: Mapping[str, Any], account: str) -> Token:
         namespace = str((pod.get("metadata") or {}).get("namespace"))

@@ -290,7 +290,7 @@ class WorkloadRunner:
             return
         plan = plan_job(job, self._owned(uid), self._tracked.setdefault(uid, {}), datetime.now(UTC))
         for _ in range(plan.create):
-            await self._create_pod(pod_from_job(job, self.node_name))
+            await self._create_pod(pod_from_job(job))
         for pod in plan.delete:
             await self._delete_pod(pod)
         if plan.status != (job.get("status") or {}):
@@ -308,7 +308,7 @@ class WorkloadRunner:
         for pod in plan.delete:
             await self._delete_pod(pod)
         for _ in range(plan.create):
-            await self._create_pod(pod_from_deployment(deployment, self.node_name))
+            await self._create_pod(pod_from_deployment(deployment))
         old = deployment.get("status") or {}
         if any(old.get(k) != v for k, v in plan.status.items()):
             ns, name = _ns_name(deployment)
