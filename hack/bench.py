@@ -17,8 +17,9 @@ import tempfile
 from pathlib import Path
 
 from kcpshard.k8s.api import KCPSHARDS
+from kcpshard.testing.devenv import default_api
 from kcpshard.testing.load import KubeStyleLoad
-from kcpshard.testing.stack import Stack, running_stack, shard_manifest
+from kcpshard.testing.stack import Stack, running_stack, shard_manifest, stack_api
 from kcpshard.testing.tcp import free_port
 from kcpshard.testing.waiting import wait_for
 
@@ -49,7 +50,8 @@ def _peak_rss_kib(pid: int) -> int | None:
 
 
 async def bench(workdir: Path, rolls: int, singles: int) -> None:
-    async with running_stack(workdir) as stack:
+    async with running_stack(workdir, api=stack_api(default=default_api())) as stack:
+        print(f"API server: {stack.info.api} (environment up in {stack.info.start_seconds:.1f} s)")
         port = free_port()
         await stack.api.create(
             KCPSHARDS, "default", shard_manifest("root", etcd=stack.info.etcd_endpoint, front_port=port)

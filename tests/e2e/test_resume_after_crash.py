@@ -21,7 +21,7 @@ from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.client import KcpClient
 from kcpshard.roll.plan import Step
 from kcpshard.testing import scenario
-from kcpshard.testing.faultproxy import FaultProxy, status_step_is
+from kcpshard.testing.faultproxy import status_step_is
 from kcpshard.testing.kcpbin import make_kcp
 from kcpshard.testing.stack import running_stack
 
@@ -35,7 +35,7 @@ LEASE = ("--shard-lease-seconds", "3")
 async def test_operator_killed_at_a_step_resumes_and_finishes_the_roll(tmp_path: Path, step: str) -> None:
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack", operator=False) as stack:
-        async with FaultProxy(Path(stack.info.kubeconfig), tmp_path / "proxy") as proxy:
+        async with stack.fault_proxy(tmp_path / "proxy") as proxy:
             # A restarted operator waits for the killed one's per-shard Lease to expire: keep it short.
             first = stack.start_operator(*LEASE, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log")
             backup = step == Step.BACKING_UP.value

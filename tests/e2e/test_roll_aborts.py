@@ -91,9 +91,10 @@ async def test_failure_before_the_flip_aborts_and_the_old_slot_keeps_serving(
             assert await scenario.slot_names(stack) == ["root-a"]
             assert report.failed == 0, report.failures
 
-        # The next spec change rolls afresh, and succeeds.
+        # The next spec change rolls afresh, and succeeds (with a ready timeout for a healthy kcp: 6 s
+        # includes the pod's start through the Job controller and the agent's, too short on a busy machine).
         fixed = make_kcp(bin_dir, "kcp-fixed", **FAST)
-        await _roll_to(stack, fixed)
+        await _roll_to(stack, fixed, readyTimeoutSeconds=60)
         shard = await scenario.wait_ready(stack, timeout=120)
         assert shard["status"]["lastRoll"]["result"] == "Succeeded"
         assert shard["status"]["activeSlot"] == "b"

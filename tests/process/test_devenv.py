@@ -7,11 +7,13 @@ import asyncio
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, NotFound
+from kcpshard.testing.devenv import DevEnvInfo, kubectl_binary
 from kcpshard.testing.stack import kcpshard_command, processes_under, running_stack, start_process
 from kcpshard.testing.waiting import wait_for
 
@@ -104,24 +106,31 @@ async def test_a_kopf_operator_sees_kcpshards_come_change_and_go(tmp_path: Path)
             assert kopf.stop() == 0
 
 
-async def test_dev_up_and_down(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["emulated", "real"])
+async def test_dev_up_and_down(tmp_path: Path, api: str) -> None:
     env_dir = tmp_path / "env"
     up = start_process(
-        "devenv", [*kcpshard_command(), "dev", "up", "--dir", str(env_dir)], tmp_path / "up.log"
+        "devenv", [*kcpshard_command(), "dev", "up", "--dir", str(env_dir), "--api", api], tmp_path / "up.log"
     )
     try:
-        await wait_for("env.json", lambda: asyncio.sleep(0, (env_dir / "env.json").exists()), timeout=60)
-        kubeconfig = env_dir / "apiserver" / "kubeconfig"
-        assert kubeconfig.stat().st_mode & 0o777 == 0o600
-        kubectl = str(Path(sys.executable).parent / "kubectl")
-        namespaces = subprocess.run(
-            [kubectl, "get", "ns", "-o", "name"],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            check=True,
-        )
+        await wait_for("env.json", lambda: asyncio.sleep(0, (env_dir / "env.json").exists()), timeout=120)
+        info = DevEnvInfo.load(env_dir)
+        print(f"{api} environment up in {info.start_seconds:.1f} s")
+        assert info.api == api
+        for secret in (info.kubeconfig, info.operator_kubeconfig):
+            assert Path(secret).stat().st_mode & 0o777 == 0o600
+        namespaces = _kubectl(info.kubeconfig, "get", "ns", "-o", "name")
         assert "namespace/default" in namespaces.stdout
+        if api == "real":
+            nodes = _kubectl(info.kubeconfig, "get", "nodes", "--no-headers").stdout.split()
+            assert nodes[:2] == ["local-node", "Ready"]
+            who = _kubectl(
+                info.operator_kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
+            )
+            assert who.stdout == "system:serviceaccount:kcpshard-system:kcpshard-operator"
+            # the operator is bound by deploy/'s RBAC, not an admin
+            assert _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "jobs", "-n", "default").ok
+            assert not _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "namespaces").ok
         down = subprocess.run(
             [*kcpshard_command(), "dev", "down", "--dir", str(env_dir)],
             capture_output=True,
@@ -129,9 +138,50 @@ async def test_dev_up_and_down(tmp_path: Path) -> None:
             check=True,
         )
         assert "SIGTERM" in down.stdout
-        assert up.popen.wait(30) == 0
+        assert up.popen.wait(60) == 0
         assert "kubeconfig:" in up.log.read_text()
         assert not (env_dir / "env.json").exists()
     finally:
         up.stop()
     assert list(processes_under(env_dir)) == []
+
+
+async def test_dev_up_killed_leaves_no_process(tmp_path: Path) -> None:
+    """SIGKILL gives `dev up` no chance to stop anything: its processes die with it all the same."""
+    env_dir = tmp_path / "env"
+    up = start_process(
+        "devenv",
+        [*kcpshard_command(), "dev", "up", "--dir", str(env_dir), "--api", "real"],
+        tmp_path / "up.log",
+    )
+    try:
+        await wait_for("env.json", lambda: asyncio.sleep(0, (env_dir / "env.json").exists()), timeout=120)
+        started = list(processes_under(env_dir))
+        assert len(started) >= 4  # etcd for shards, etcd, kube-apiserver, kube-controller-manager
+        up.popen.kill()
+        up.popen.wait(10)
+
+        async def all_gone() -> bool:
+            return not list(processes_under(env_dir))
+
+        await wait_for("every process of the environment to die with it", all_gone, timeout=30)
+    finally:
+        up.stop()
+
+
+@dataclass
+class Kubectl:
+    ok: bool
+    stdout: str
+    stderr: str
+
+
+def _kubectl(kubeconfig: str, *args: str) -> Kubectl:
+    done = subprocess.run(
+        [kubectl_binary(), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "KUBECONFIG": kubeconfig},
+        timeout=60,
+    )
+    return Kubectl(done.returncode == 0, done.stdout, done.stderr)

@@ -41,10 +41,11 @@ async def test_async_context_manager(tmp_path: Path) -> None:
 def test_missing_binary_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ETCD_BINARY", str(tmp_path / "no-etcd"))
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(EtcdError, match="etcd not found: install the Debian package etcd-server"):
+    monkeypatch.setenv("KCPSHARD_TOOLS_BIN", str(tmp_path))
+    monkeypatch.setattr(etcd_mod, "ETCD_BINARY", str(tmp_path / "no-debian-etcd"))
+    with pytest.raises(EtcdError, match=r"etcd not found: run `make tools` \(etcd 3.6\) or install"):
         EtcdServer(tmp_path).start_sync()
     assert os.environ["PATH"] == str(tmp_path)
-    assert etcd_mod.ETCD_BINARY == "/usr/bin/etcd"
 
 
 def _alive(pid: int | None) -> bool:

@@ -1,4 +1,6 @@
-"""The local workload runner against the emulated API server, with real processes."""
+"""The local workload runner with real processes, in both of its modes: on the emulated API server it
+also plays the Job and Deployment controllers; on the real control plane it is the kubelet only and
+kube-controller-manager's controllers make the pods (through ReplicaSets for Deployments)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, PODS, SECRETS, ApiClient, NotFound
 from kcpshard.testing.apiserver import EmulatedApiServer
+from kcpshard.testing.controlplane import ControlPlane
 from kcpshard.testing.runner import WorkloadRunner
 
 PY = sys.executable
@@ -31,27 +34,38 @@ class Env:
     runner: WorkloadRunner
     sandbox: Path
     tmp: Path
+    real: bool
 
 
-@pytest.fixture
-async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    srv = EmulatedApiServer(tmp_path / "api")
-    await srv.start()
-    api = ApiClient.from_kubeconfig(srv.kubeconfig_path)
-    sandbox = tmp_path / "sandbox"
-    runner = WorkloadRunner(
-        api, sandbox, extra_env={"KUBECONFIG": str(srv.kubeconfig_path)}, shutdown_grace_cap=5.0
-    )
-    task = asyncio.create_task(runner.run())
-    try:
-        yield Env(api, runner, sandbox, tmp_path)
-    finally:
-        await runner.stop()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        await api.aclose()
-        await srv.stop()
+@contextlib.asynccontextmanager
+async def _server(kind: str, tmp_path: Path) -> AsyncIterator[tuple[ApiClient, dict[str, str]]]:
+    """An admin client of the API server, and the env the runner gives pods besides their identity."""
+    async with contextlib.AsyncExitStack() as stack:
+        if kind == "real":
+            plane = await stack.enter_async_context(ControlPlane(tmp_path / "controlplane"))
+            kubeconfig, extra_env = plane.admin_kubeconfig, {}
+        else:
+            srv = await stack.enter_async_context(EmulatedApiServer(tmp_path / "api"))
+            kubeconfig = srv.kubeconfig_path
+            extra_env = {"KUBECONFIG": str(kubeconfig)}
+        yield await stack.enter_async_context(ApiClient.from_kubeconfig(kubeconfig)), extra_env
+
+
+@pytest.fixture(params=["emulated", "real"])
+async def env(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Env]:
+    real = request.param == "real"
+    async with _server(request.param, tmp_path) as (api, extra_env):
+        sandbox = tmp_path / "sandbox"
+        runner = WorkloadRunner(api, sandbox, extra_env=extra_env, shutdown_grace_cap=5.0, kubelet_only=real)
+        task = asyncio.create_task(runner.run())
+        try:
+            await asyncio.wait_for(runner.ready.wait(), 30)
+            yield Env(api, runner, sandbox, tmp_path, real)
+        finally:
+            await runner.stop()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def alive(pid: int) -> bool:
@@ -77,6 +91,7 @@ async def until(probe: Callable[[], Any], what: str, deadline: float = 20.0) -> 
 
 def job_body(name: str, command: list[str], **extra: Any) -> dict[str, Any]:
     pod_spec: dict[str, Any] = {
+        "nodeName": "local-node",  # there is no scheduler: the template binds the pods, as the operator's do
         "restartPolicy": "Never",
         "containers": [{"name": "main", "image": "kcpshard:dev", "command": command}],
     }
@@ -166,10 +181,12 @@ async def test_job_runs_to_completion_with_env_and_volumes(env: Env) -> None:
             ],
         },
         pod={
+            # on the real control plane, the identity the pod's KUBECONFIG carries
+            "serviceAccountName": "default",
             "volumes": [
                 {"name": "creds", "secret": {"secretName": "creds"}},
                 {"name": "state", "hostPath": {"path": "/var/lib/kcp-test", "type": "DirectoryOrCreate"}},
-            ]
+            ],
         },
     )
     await env.api.create(JOBS, NS, body)
@@ -216,7 +233,8 @@ async def test_failing_job_with_backoff_limit_zero_fails(env: Env) -> None:
 
 async def test_job_retries_until_backoff_limit(env: Env) -> None:
     await env.api.create(JOBS, NS, job_body("retry", [PY, "-c", "import sys; sys.exit(1)"], backoffLimit=1))
-    job = await until(lambda: job_condition(env.api, "retry", "Failed"), "Job Failed")
+    # kube-controller-manager's Job controller waits 10 s before the second pod (pod failure back-off).
+    job = await until(lambda: job_condition(env.api, "retry", "Failed"), "Job Failed", deadline=60)
     assert job["status"]["failed"] == 2
     assert len(await pods_of(env.api, "job-name=retry")) == 2
 
@@ -274,7 +292,10 @@ def deployment_body(name: str, command: list[str], **container: Any) -> dict[str
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "main", "image": "x", "command": command, **container}]},
+                "spec": {
+                    "nodeName": "local-node",
+                    "containers": [{"name": "main", "image": "x", "command": command, **container}],
+                },
             },
         },
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import copy
 import stat
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -259,7 +260,7 @@ JOB: dict[str, Any] = {
 
 
 def test_pod_from_job() -> None:
-    pod = pod_from_job(JOB, "node-1")
+    pod = pod_from_job(JOB)
     meta = pod["metadata"]
     assert meta["name"].startswith("slot-a-") and len(meta["name"]) == len("slot-a-") + 5
     assert meta["name"][-5:].isalnum() and meta["name"][-5:].lower() == meta["name"][-5:]
@@ -281,8 +282,11 @@ def test_pod_from_job() -> None:
             "blockOwnerDeletion": True,
         }
     ]
-    assert pod["spec"]["nodeName"] == "node-1"
-    assert "nodeName" not in JOB["spec"]["template"]["spec"]  # the template is not modified
+    # Like kube-controller-manager's: bound only when the template names a node (there is no scheduler).
+    assert "nodeName" not in pod["spec"]
+    bound = copy.deepcopy(JOB)
+    bound["spec"]["template"]["spec"]["nodeName"] = "node-1"
+    assert pod_from_job(bound)["spec"]["nodeName"] == "node-1"
 
 
 def _pod(
@@ -403,7 +407,7 @@ def _dpod(
 
 
 def test_pod_from_deployment_carries_template_hash() -> None:
-    pod = pod_from_deployment(DEPLOY, "n")
+    pod = pod_from_deployment(DEPLOY)
     thash = template_hash(DEPLOY["spec"]["template"])
     assert pod["metadata"]["labels"]["pod-template-hash"] == thash
     assert pod["metadata"]["name"].startswith(f"front-{thash}-")

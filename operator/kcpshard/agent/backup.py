@@ -34,7 +34,7 @@ from pathlib import Path
 import httpx
 
 from kcpshard.agent import cli
-from kcpshard.agent.child import _die_with_parent
+from kcpshard.agent.child import die_with_parent
 from kcpshard.k8s.api import JOBS, SECRETS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.backup_job import (
     ANNOTATION_BYTES,
@@ -142,7 +142,7 @@ async def run_command(command: Sequence[str], timeout: float) -> Run:
             stderr=asyncio.subprocess.PIPE,
             env=env,
             process_group=0,
-            preexec_fn=lambda: _die_with_parent(parent),
+            preexec_fn=lambda: die_with_parent(parent),
         )
     except OSError as exc:
         raise BackupFailed(f"cannot run {command[0]}: {exc.strerror or exc}") from None

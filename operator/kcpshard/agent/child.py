@@ -24,7 +24,7 @@ _SECRETISH = re.compile(r"token|bearer|password|secret", re.IGNORECASE)
 HIDDEN_LINE = "[line hidden: it may hold a credential]"
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int) -> None:
     """Runs in the forked child before exec."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -57,7 +57,7 @@ class Child:
             stdout=None,  # inherited: kcp's stdout goes straight to the agent's
             stderr=asyncio.subprocess.PIPE,
             process_group=0,
-            preexec_fn=lambda: _die_with_parent(parent),
+            preexec_fn=lambda: die_with_parent(parent),
         )
         return cls(proc, tail_lines, out or sys.stdout.buffer)
 

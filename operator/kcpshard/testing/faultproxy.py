@@ -360,7 +360,9 @@ class FaultProxy:
             ) as upstream:
                 length = upstream.content_length
                 bodiless = request.method == "HEAD" or upstream.status in (204, 304)
-                if not bodiless and (length is None or length > _MAX_BUFFERED):
+                # kube-apiserver answers anything over a few KiB chunked, without Content-Length: only a
+                # watch is a stream; any other answer is read whole, so a write can fire the trigger.
+                if not bodiless and (_is_watch(request) or (length or 0) > _MAX_BUFFERED):
                     self._rearm(trigger)  # a streamed answer is not a committed write
                     return await self._stream(request, upstream)
                 answer = await upstream.read()
@@ -416,6 +418,10 @@ class FaultProxy:
             return resp
         await resp.write_eof()
         return resp
+
+
+def _is_watch(request: web.Request) -> bool:
+    return request.query.get("watch") in ("true", "1") or "/watch/" in request.path
 
 
 def _bad_gateway(message: str) -> web.Response:

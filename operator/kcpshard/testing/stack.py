@@ -1,9 +1,10 @@
 """The whole local stack as real processes: the development environment and the operator.
 
 Used by the end-to-end tests, `make demo` and the benchmarks. Each part is a
-separate process, as in a cluster: the operator talks HTTP to the emulated API
-server, the runner starts the agents' Jobs as processes, the agents start kcp
-and HAProxy.
+separate process, as in a cluster: the operator talks HTTPS to the API server
+(the real control plane, or the emulated one with `KCPSHARD_API=emulated`) as its
+ServiceAccount, the runner starts the agents' pods as processes, the agents start
+kcp and HAProxy.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from typing import Any
 
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
-from kcpshard.testing.devenv import DevEnvInfo
+from kcpshard.testing.devenv import ApiKind, DevEnvInfo, kubectl_binary
+from kcpshard.testing.faultproxy import FaultProxy
 from kcpshard.testing.waiting import wait_for
+
+ENV_TIMEOUT = 180.0  # the real control plane starts in about 10 s alone, longer on a busy machine
 
 
 def kcpshard_command() -> list[str]:
@@ -70,7 +74,8 @@ class Stack:
     def start_operator(
         self, *extra: str, kubeconfig: str | None = None, log: str = "operator.log"
     ) -> Process:
-        """The operator as a subprocess (its own process group); `kubeconfig` e.g. through a FaultProxy."""
+        """The operator as a subprocess (its own process group), as its ServiceAccount; `kubeconfig` e.g.
+        through a FaultProxy."""
         self.operator = start_process(
             "operator",
             [
@@ -83,9 +88,20 @@ class Stack:
                 *extra,
             ],
             self.directory / log,
-            env={"KUBECONFIG": kubeconfig or self.info.kubeconfig},
+            env={"KUBECONFIG": kubeconfig or self.info.operator_kubeconfig},
         )
         return self.operator
+
+    def fault_proxy(self, workdir: Path) -> FaultProxy:
+        """A FaultProxy in front of the API server for the operator: it forwards the operator's own token
+        and serves the API server's certificate (next to the admin kubeconfig in both kinds of stack)."""
+        serving = Path(self.info.kubeconfig).parent
+        return FaultProxy(
+            Path(self.info.operator_kubeconfig),
+            workdir,
+            cert_path=serving / "apiserver.crt",
+            key_path=serving / "apiserver.key",
+        )
 
     async def shard(self, name: str, namespace: str = "default") -> dict[str, Any]:
         return await self.api.get(KCPSHARDS, namespace, name)
@@ -95,9 +111,9 @@ class Stack:
         return shard_admin(base64.b64decode(secret["data"]["admin.kubeconfig"]))
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        kubectl = str(Path(sys.executable).parent / "kubectl")
+        """The real kubectl as the admin."""
         return subprocess.run(
-            [kubectl, *args],
+            [kubectl_binary(), *args],
             env={**os.environ, "KUBECONFIG": self.info.kubeconfig},
             capture_output=True,
             text=True,
@@ -131,34 +147,51 @@ def shard_manifest(
     }
 
 
+def stack_api(default: ApiKind = "real") -> ApiKind:
+    """`KCPSHARD_API` (`real` or `emulated`), else `default`."""
+    value = os.environ.get("KCPSHARD_API") or default
+    if value not in ("real", "emulated"):
+        raise ValueError(f"KCPSHARD_API={value!r}: use real or emulated")
+    return "real" if value == "real" else "emulated"
+
+
 @contextlib.asynccontextmanager
-async def running_stack(directory: Path, *, operator: bool = True) -> AsyncIterator[Stack]:
-    """The development environment and (optionally) the operator as subprocesses; all stopped on exit."""
+async def running_stack(
+    directory: Path, *, operator: bool = True, api: ApiKind | None = None
+) -> AsyncIterator[Stack]:
+    """The development environment and (optionally) the operator as subprocesses; all stopped on exit.
+
+    `api` defaults to `stack_api()`: the real control plane (it needs `make tools`), or the emulated API
+    server with `KCPSHARD_API=emulated`."""
     directory.mkdir(parents=True, exist_ok=True)
     env_dir = directory / "env"
     devenv = start_process(
-        "devenv", [*kcpshard_command(), "dev", "up", "--dir", str(env_dir)], directory / "devenv.log"
+        "devenv",
+        [*kcpshard_command(), "dev", "up", "--dir", str(env_dir), "--api", api or stack_api()],
+        directory / "devenv.log",
     )
-    api: ApiClient | None = None
+    client: ApiClient | None = None
     stack: Stack | None = None
     try:
 
-        async def env_ready() -> DevEnvInfo | None:
-            if devenv.popen.poll() is not None:
-                raise RuntimeError(f"dev environment exited; see {devenv.log}")
-            return DevEnvInfo.load(env_dir) if (env_dir / "env.json").exists() else None
+        async def env_ready_or_exited() -> bool:
+            return devenv.popen.poll() is not None or (env_dir / "env.json").exists()
 
-        info = await wait_for("the development environment", env_ready, timeout=60)
-        api = ApiClient.from_kubeconfig(info.kubeconfig)
-        stack = Stack(directory, info, api, devenv)
+        await wait_for("the development environment", env_ready_or_exited, timeout=ENV_TIMEOUT)
+        if devenv.popen.poll() is not None:
+            tail = "\n".join(devenv.log.read_text(errors="replace").splitlines()[-10:])
+            raise RuntimeError(f"the development environment exited ({devenv.log}):\n{tail}")
+        info = DevEnvInfo.load(env_dir)
+        client = ApiClient.from_kubeconfig(info.kubeconfig)
+        stack = Stack(directory, info, client, devenv)
         if operator:
             stack.start_operator()
         yield stack
     finally:
         if stack is not None and stack.operator is not None:
             stack.operator.stop()
-        if api is not None:
-            await api.aclose()
+        if client is not None:
+            await client.aclose()
         devenv.stop(timeout=60)
 
 

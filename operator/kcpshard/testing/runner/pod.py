@@ -21,8 +21,10 @@ from typing import Any
 
 from kcpshard.api.conditions import now as timestamp
 from kcpshard.k8s.api import CONFIGMAPS, PODS, SECRETS, ApiClient, ApiError, NotFound
+from kcpshard.testing.identity import Token
 from kcpshard.testing.runner.envs import POD_IP, ConfigError, build_env, referenced_names
 from kcpshard.testing.runner.expand import expand
+from kcpshard.testing.runner.kubelet import PodIdentity
 from kcpshard.testing.runner.probes import run_probe
 from kcpshard.testing.runner.process import ContainerProcess
 from kcpshard.testing.runner.volumes import (
@@ -107,8 +109,10 @@ class PodWorker:
         node_name: str,
         extra_env: Mapping[str, str],
         pod: Mapping[str, Any],
+        identity: PodIdentity | None = None,
     ):
         self.api = api
+        self.identity = identity
         self.sandbox = sandbox
         self.node_name = node_name
         self.extra_env = dict(extra_env)
@@ -136,6 +140,8 @@ class PodWorker:
         self._status_lock = asyncio.Lock()
         self._last_status: dict[str, Any] | None = None
         self._launches: dict[str, Launch] = {}
+        self._token: Token | None = None
+        self._token_renewal: asyncio.Task[None] | None = None
 
     # --- signals from the runner ---------------------------------------------------------------------
     def update(self, pod: Mapping[str, Any]) -> None:
@@ -158,6 +164,8 @@ class PodWorker:
         try:
             await self._run()
         finally:
+            if self._token_renewal is not None:
+                self._token_renewal.cancel()
             self._kill_all()  # whatever path left the pod (cancellation included), no process survives
 
     def _kill_all(self) -> None:
@@ -180,6 +188,10 @@ class PodWorker:
         if not await self._prepare():
             await self._wait_and_finalize()
             return
+        if self.identity is not None and self._token is not None:
+            self._token_renewal = asyncio.create_task(
+                self.identity.keep_fresh(self.pod, self.dir, self._token)
+            )
         if not await self._run_init_containers():
             await self._wait_and_finalize()
             return
@@ -287,6 +299,12 @@ class PodWorker:
         secrets = await self._fetch(SECRETS, secret_names)
         configmaps = await self._fetch(CONFIGMAPS, cm_names)
         volumes = prepare_volumes(self.sandbox, self.node_name, self.pod, self.dir, secrets, configmaps)
+        identity_env: dict[str, str] = {}
+        if self.identity is not None:
+            written = await self.identity.kubeconfig(self.pod, self.dir)
+            if written is not None:
+                kubeconfig, self._token = written
+                identity_env["KUBECONFIG"] = str(kubeconfig)
         spec = self.pod.get("spec") or {}
         for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
             own = build_env(container, self.pod, secrets, configmaps, self.extra_env)
@@ -300,6 +318,7 @@ class PodWorker:
                 "HOME": str(self.dir),
                 "HOSTNAME": self.name,
                 **self.extra_env,
+                **identity_env,
                 **{k: map_path(v, mounts) for k, v in own.items()},
             }
             env.pop("KUBERNETES_SERVICE_HOST", None)

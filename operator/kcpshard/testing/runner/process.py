@@ -10,23 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-
-
-def _make_preexec(parent_pid: int) -> object:
-    def preexec() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
+from kcpshard.agent.child import die_with_parent, exit_code
 
 
 class ContainerProcess:
@@ -42,6 +31,7 @@ class ContainerProcess:
     ) -> ContainerProcess:
         """Start ``argv``; raises ``OSError`` when it cannot be executed (not found, not executable)."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        parent = os.getpid()
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -52,7 +42,7 @@ class ContainerProcess:
                 stdout=log_fd,
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_make_preexec(os.getpid()),  # type: ignore[arg-type]
+                preexec_fn=lambda: die_with_parent(parent),
             )
         finally:
             os.close(log_fd)
@@ -87,8 +77,3 @@ class ContainerProcess:
         code = await self._proc.wait()
         self._signal_group(signal.SIGKILL)
         return exit_code(code)
-
-
-def exit_code(returncode: int) -> int:
-    """A container's exit code: 128 + signal number for a signal death, like the runtime reports it."""
-    return 128 - returncode if returncode < 0 else returncode

@@ -1,10 +1,19 @@
-"""``WorkloadRunner``: kubelet + Job controller + Deployment controller for one local node.
+"""``WorkloadRunner``: kubelet (+ Job controller + Deployment controller) for one local node.
 
-Watches Pods, Jobs and Deployments in all namespaces through ``ApiClient.watch_forever``. The controllers act
-only after the first Pod list is in (so a restart never doubles pods), each object's reconcile is serialized
-and coalesced, and a resync every ``RESYNC`` seconds catches deadlines and failed writes. Pods whose
-``spec.nodeName`` is this node get a ``PodWorker``. Meant as the only runner of an API server: two runners
-would both create pods for every Job.
+Two modes:
+
+- ``kubelet_only=True``, on the real control plane (``controlplane.py``): kube-controller-manager runs the
+  Job, Deployment and ReplicaSet controllers; the runner is the node's kubelet only. It registers the
+  ``Node`` and keeps its Lease fresh, watches the Pods bound to it (``spec.nodeName``), runs them, and
+  gives each the identity of its service account (``kubelet.py``).
+- ``kubelet_only=False``, on the emulated API server: it also plays the Job and Deployment controllers,
+  watching Pods, Jobs and Deployments in all namespaces. The controllers act only after the first Pod list
+  is in (so a restart never doubles pods), each object's reconcile is serialized and coalesced, and a
+  resync every ``RESYNC`` seconds catches deadlines and failed writes. Meant as the only runner of an API
+  server: two runners would both create pods for every Job. Pods reach the API server with ``extra_env``
+  (the admin kubeconfig): the emulated server has no TokenRequest and no RBAC.
+
+Either way pods whose ``spec.nodeName`` is this node get a ``PodWorker``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from typing import Any
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, PODS, ApiClient, ApiError, NotFound, ResourceRef
 from kcpshard.testing.runner.deployments import plan_deployment
 from kcpshard.testing.runner.jobstatus import plan_job
+from kcpshard.testing.runner.kubelet import HEARTBEAT_SECONDS, NodeAgent, PodIdentity
 from kcpshard.testing.runner.pod import PodWorker, grace_of
 from kcpshard.testing.runner.templates import controller_uid, pod_from_deployment, pod_from_job
 
@@ -85,8 +95,14 @@ class WorkloadRunner:
         extra_env: Mapping[str, str] | None = None,
         *,
         shutdown_grace_cap: float = SHUTDOWN_GRACE_CAP,
+        kubelet_only: bool = False,
+        heartbeat: float = HEARTBEAT_SECONDS,
     ) -> None:
         self.api = api
+        self.kubelet_only = kubelet_only
+        self.node = NodeAgent(api, node_name, heartbeat) if kubelet_only else None
+        self.identity = PodIdentity(api) if kubelet_only else None
+        self.ready = asyncio.Event()  # the node is registered and the first pod list is in
         self.sandbox = Path(sandbox)
         self.node_name = node_name
         self.extra_env = dict(extra_env or {})
@@ -110,13 +126,23 @@ class WorkloadRunner:
         """Run until cancelled or ``stop()``; then stop every process and return."""
         self._running = True
         self.sandbox.mkdir(parents=True, exist_ok=True)
-        watchers = [
-            asyncio.create_task(self._consume(PODS, self._on_pod, self._pods_synced)),
-            asyncio.create_task(self._consume(JOBS, self._on_job)),
-            asyncio.create_task(self._consume(DEPLOYMENTS, self._on_deployment)),
-            asyncio.create_task(self._resync()),
-        ]
+        watchers: list[asyncio.Task[None]] = []
         try:
+            if self.node is not None:
+                await self.node.register()
+                bound = f"spec.nodeName={self.node_name}"
+                watchers = [
+                    asyncio.create_task(self._consume(PODS, self._on_pod, self._pods_synced, bound)),
+                    asyncio.create_task(self.node.heartbeat_forever()),
+                ]
+            else:
+                watchers = [
+                    asyncio.create_task(self._consume(PODS, self._on_pod, self._pods_synced)),
+                    asyncio.create_task(self._consume(JOBS, self._on_job)),
+                    asyncio.create_task(self._consume(DEPLOYMENTS, self._on_deployment)),
+                    asyncio.create_task(self._resync()),
+                ]
+            watchers.append(asyncio.create_task(self._announce_ready()))
             stop = asyncio.create_task(self._stop.wait())
             await asyncio.wait([stop, *watchers], return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
@@ -125,6 +151,11 @@ class WorkloadRunner:
                     log.error("runner watch ended: %s", task.exception())
         finally:
             await asyncio.shield(self._shutdown(watchers))
+
+    async def _announce_ready(self) -> None:
+        await self._pods_synced.wait()
+        self.ready.set()
+        await asyncio.Event().wait()  # a watcher like the others: it ends when they are cancelled
 
     async def stop(self) -> None:
         """Ask ``run`` to stop and wait until every process is gone."""
@@ -157,8 +188,9 @@ class WorkloadRunner:
         ref: ResourceRef,
         handler: Callable[[str, dict[str, Any]], None],
         synced: asyncio.Event | None = None,
+        field_selector: str | None = None,
     ) -> None:
-        async for event in self.api.watch_forever(ref, synced=synced):
+        async for event in self.api.watch_forever(ref, synced=synced, field_selector=field_selector):
             handler(str(event.get("type")), event.get("object") or {})
 
     async def _resync(self) -> None:
@@ -199,7 +231,7 @@ class WorkloadRunner:
             return
         if uid in self._finished_uids or self._stop.is_set():
             return
-        worker = PodWorker(self.api, self.sandbox, self.node_name, self.extra_env, pod)
+        worker = PodWorker(self.api, self.sandbox, self.node_name, self.extra_env, pod, self.identity)
         worker.update(pod)
         self.workers[uid] = worker
         task = asyncio.create_task(worker.run())
@@ -258,7 +290,7 @@ class WorkloadRunner:
             return
         plan = plan_job(job, self._owned(uid), self._tracked.setdefault(uid, {}), datetime.now(UTC))
         for _ in range(plan.create):
-            await self._create_pod(pod_from_job(job, self.node_name))
+            await self._create_pod(pod_from_job(job))
         for pod in plan.delete:
             await self._delete_pod(pod)
         if plan.status != (job.get("status") or {}):
@@ -276,7 +308,7 @@ class WorkloadRunner:
         for pod in plan.delete:
             await self._delete_pod(pod)
         for _ in range(plan.create):
-            await self._create_pod(pod_from_deployment(deployment, self.node_name))
+            await self._create_pod(pod_from_deployment(deployment))
         old = deployment.get("status") or {}
         if any(old.get(k) != v for k, v in plan.status.items()):
             ns, name = _ns_name(deployment)

@@ -41,13 +41,11 @@ def template_hash(template: Mapping[str, Any]) -> str:
     return hashlib.sha256(raw).hexdigest()[:10]
 
 
-def _pod_from_template(
-    owner: Mapping[str, Any], name: str, labels: Mapping[str, str], node_name: str
-) -> dict[str, Any]:
+def _pod_from_template(owner: Mapping[str, Any], name: str, labels: Mapping[str, str]) -> dict[str, Any]:
+    """The pod as the controllers make it: bound only if the template names a node (there is no scheduler)."""
     template = copy.deepcopy((owner.get("spec") or {}).get("template") or {})
     tmeta = template.get("metadata") or {}
     spec = template.get("spec") or {}
-    spec["nodeName"] = node_name
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -62,7 +60,7 @@ def _pod_from_template(
     }
 
 
-def pod_from_job(job: Mapping[str, Any], node_name: str, suffix: str | None = None) -> dict[str, Any]:
+def pod_from_job(job: Mapping[str, Any], suffix: str | None = None) -> dict[str, Any]:
     meta = job.get("metadata") or {}
     name, uid = str(meta.get("name")), str(meta.get("uid"))
     labels = {
@@ -71,16 +69,14 @@ def pod_from_job(job: Mapping[str, Any], node_name: str, suffix: str | None = No
         "controller-uid": uid,
         "batch.kubernetes.io/controller-uid": uid,
     }
-    return _pod_from_template(job, f"{name}-{suffix or random_suffix()}", labels, node_name)
+    return _pod_from_template(job, f"{name}-{suffix or random_suffix()}", labels)
 
 
-def pod_from_deployment(
-    deployment: Mapping[str, Any], node_name: str, suffix: str | None = None
-) -> dict[str, Any]:
+def pod_from_deployment(deployment: Mapping[str, Any], suffix: str | None = None) -> dict[str, Any]:
     meta = deployment.get("metadata") or {}
     thash = template_hash((deployment.get("spec") or {}).get("template") or {})
     name = f"{meta.get('name')}-{thash}-{suffix or random_suffix()}"
-    return _pod_from_template(deployment, name, {"pod-template-hash": thash}, node_name)
+    return _pod_from_template(deployment, name, {"pod-template-hash": thash})
 
 
 def controller_uid(obj: Mapping[str, Any]) -> str | None:

@@ -130,7 +130,7 @@ def prepare_volumes(
             files: dict[str, tuple[bytes, int]] = {}
             for source in spec.get("sources") or []:
                 if "serviceAccountToken" in source:
-                    continue  # no token to project here; in-pod programs get KUBECONFIG via extra_env
+                    continue  # not projected: the pod's identity comes as KUBECONFIG (kubelet.py)
                 files.update(_source_files(pod, source, secrets, configmaps, mode))
         elif any(k in volume for k in ("secret", "configMap", "downwardAPI")):
             spec = next(volume[k] for k in ("secret", "configMap", "downwardAPI") if k in volume)
