@@ -22,7 +22,7 @@ from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.client import KcpClient
 from kcpshard.roll.plan import Step
 from kcpshard.testing import scenario
-from kcpshard.testing.faultproxy import FaultProxy, status_step_is
+from kcpshard.testing.faultproxy import status_step_is
 from kcpshard.testing.realkcp import NEWER, OLDER, RealKcp, real_kcp, real_kcp_processes
 from kcpshard.testing.stack import Stack, running_stack
 
@@ -121,7 +121,7 @@ KILL_AT = [Step.WAITING_READY.value, Step.HANDING_OVER_LEASE.value, Step.PROBING
 async def test_real_kcp_operator_killed_at_a_step_finishes_the_roll(tmp_path: Path, step: str) -> None:
     kcp = real_kcp(NEWER)
     async with running_stack(tmp_path / "stack", operator=False) as stack:
-        async with FaultProxy(Path(stack.info.kubeconfig), tmp_path / "proxy") as proxy:
+        async with stack.fault_proxy(tmp_path / "proxy") as proxy:
             first = stack.start_operator(*LEASE, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log")
             port = await serving(stack, kcp)
             sandbox = Path(stack.info.sandbox)

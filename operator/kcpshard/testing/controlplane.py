@@ -31,11 +31,12 @@ from pathlib import Path
 
 import httpx
 
-from kcpshard.k8s.api import SERVICEACCOUNTS, ApiClient, ApiError
+from kcpshard.k8s.api import ApiClient, ApiError
 from kcpshard.testing import tools
 from kcpshard.testing.apiserver.tls import write_kubeconfig
 from kcpshard.testing.daemon import Daemon, DaemonError
 from kcpshard.testing.etcd import EtcdServer
+from kcpshard.testing.identity import SERVICEACCOUNTS
 from kcpshard.testing.pki import CertificateAuthority, Issued, service_account_key, write_private
 from kcpshard.testing.tcp import free_port
 

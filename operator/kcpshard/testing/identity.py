@@ -17,12 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kcpshard.k8s.api import SERVICEACCOUNTS, ApiClient
+from kcpshard.k8s.api import ApiClient, ResourceRef
 from kcpshard.k8s.kubeconfig import ConnectionConfig
 from kcpshard.testing.apiserver.tls import write_kubeconfig
 from kcpshard.testing.pki import write_private
 
 log = logging.getLogger(__name__)
+
+# Only the test stack mints tokens (as a kubelet does); the product never touches ServiceAccounts.
+SERVICEACCOUNTS = ResourceRef("", "v1", "serviceaccounts")
 
 TOKEN_SECONDS = 3600  # a kubelet asks for an hour and renews at 80 %
 RENEW_AT = 0.8
