@@ -25,8 +25,9 @@ pytest: bootstrap tools
 
 test: lint typecheck pytest
 
-demo: bootstrap
-	$(BIN)/python hack/demo.py
+# REAL=1: on the real control plane and real kcp (v0.30.0 -> v0.31.2), built first by `make tools`.
+demo: bootstrap $(if $(REAL),tools)
+	REAL=$(REAL) $(BIN)/python hack/demo.py
 
 bench: bootstrap
 	$(BIN)/python hack/bench.py

@@ -3,7 +3,8 @@
 Starts the development environment and the operator, applies examples/kcpshard.yaml with
 the real kubectl, waits until the shard serves through the front, changes its spec, shows
 the roll as it advances, prints the roll report, and shuts everything down.
-Set KCP_BINARY to a real kcp to run on it instead of the stand-in.
+`REAL=1` (`make demo REAL=1`) runs it on the real parts `make tools` built: the real control plane,
+and real kcp upgraded from v0.30.0 to v0.31.2. Otherwise the stand-in kcp rolls v0.32.1 -> v0.32.2.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.testing.devenv import default_api
 from kcpshard.testing.load import KubeStyleLoad
+from kcpshard.testing.realkcp import NEWER, OLDER, real_kcp
 from kcpshard.testing.stack import Stack, running_stack, stack_api
 from kcpshard.testing.tcp import free_port
 from kcpshard.testing.waiting import wait_for
@@ -42,12 +44,25 @@ def show(stack: Stack, *args: str) -> None:
     print((result.stdout + result.stderr).rstrip(), flush=True)
 
 
+REAL = os.environ.get("REAL") == "1"
+# (kcp spec of the first slot, kcp spec rolled to, how long a step may take)
+if REAL:
+    try:
+        FROM, TO = (real_kcp(OLDER), real_kcp(NEWER))
+    except FileNotFoundError as exc:
+        sys.exit(f"demo: {exc}")
+    KCP_FROM = {"version": FROM.version, "binary": FROM.binary}
+    KCP_TO = {"version": TO.version, "binary": TO.binary}
+    TIMEOUT = 600.0
+else:
+    KCP_FROM, KCP_TO, TIMEOUT = {"version": "v0.32.1"}, {"version": "v0.32.2"}, 180.0
+
+
 def manifest(stack: Stack, front_port: int) -> str:
     doc = yaml.safe_load((REPO / "examples" / "kcpshard.yaml").read_text())
     doc["spec"]["store"]["etcd"]["endpoints"] = [stack.info.etcd_endpoint]
     doc["spec"]["front"]["port"] = front_port
-    if os.environ.get("KCP_BINARY"):
-        doc["spec"]["kcp"]["binary"] = os.environ["KCP_BINARY"]
+    doc["spec"]["kcp"].update(KCP_FROM)
     return yaml.safe_dump(doc)
 
 
@@ -99,7 +114,8 @@ def print_report(shard: dict[str, Any]) -> None:
 
 
 async def demo(workdir: Path) -> None:
-    api = stack_api(default=default_api())  # the real control plane once `make tools` built it
+    # the real control plane once `make tools` built it (always with REAL=1)
+    api = "real" if REAL else stack_api(default=default_api())
     say(f"starting the development environment ({api} API server, etcd, workload runner) and the operator")
     async with running_stack(workdir, api=api) as stack:
         print(f"KUBECONFIG={stack.info.kubeconfig}  (up in {stack.info.start_seconds:.1f} s)")
@@ -109,7 +125,7 @@ async def demo(workdir: Path) -> None:
 
         say("kubectl apply -f examples/kcpshard.yaml (etcd endpoint and front port filled in)")
         show(stack, "apply", "-f", str(path))
-        await follow(stack, "a", timeout=120)
+        await follow(stack, "a", timeout=TIMEOUT)
         show(stack, "get", "kcpshards,kcpslots")
 
         admin = await stack.shard_admin(NAME)
@@ -121,7 +137,7 @@ async def demo(workdir: Path) -> None:
             "requests without pause"
         )
 
-        say("changing the spec (kcp v0.32.1 -> v0.32.2): a blue/green roll starts")
+        say(f"changing the spec (kcp {KCP_FROM['version']} -> {KCP_TO['version']}): a blue/green roll starts")
         show(
             stack,
             "patch",
@@ -130,9 +146,9 @@ async def demo(workdir: Path) -> None:
             "--type",
             "merge",
             "-p",
-            json.dumps({"spec": {"kcp": {"version": "v0.32.2"}}}),
+            json.dumps({"spec": {"kcp": KCP_TO}}),
         )
-        shard = await follow(stack, "b", timeout=180)
+        shard = await follow(stack, "b", timeout=TIMEOUT)
         report = await load.stop()
 
         say("after the roll")
@@ -161,7 +177,7 @@ def main() -> int:
     workdir = Path(os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="kcpshard-demo-"))
     try:
         asyncio.run(demo(workdir))
-    except (TimeoutError, RuntimeError) as exc:
+    except (TimeoutError, RuntimeError, FileNotFoundError) as exc:
         print(f"demo failed: {exc}; logs in {workdir}", file=sys.stderr)
         return 1
     print(f"logs: {workdir}")

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.k8s.api import SERVICEACCOUNTS, ApiClient, ApiError
+from kcpshard.k8s.api import ApiClient, ApiError
 from kcpshard.k8s.kubeconfig import resolve_config
 from kcpshard.testing.controlplane import ControlPlane
+from kcpshard.testing.identity import SERVICEACCOUNTS
 from kcpshard.testing.tools import ToolMissing
 
 pytestmark = pytest.mark.timeout(180)

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from kcpshard.k8s.api import PODS, SERVICEACCOUNTS, ApiClient, ApiError, ResourceRef
+from kcpshard.k8s.api import PODS, ApiClient, ApiError, ResourceRef
 from kcpshard.testing.controlplane import ControlPlane
+from kcpshard.testing.identity import SERVICEACCOUNTS
 from kcpshard.testing.runner import WorkloadRunner
 from kcpshard.testing.runner.kubelet import LEASE_NAMESPACE, NODE_LEASES, NODES
 from kcpshard.testing.runner.volumes import pod_dir_name
