@@ -240,7 +240,7 @@ async def test_delete_preconditions(api: httpx.AsyncClient) -> None:
     wrong = await api.request("DELETE", f"{W}/w", json={"preconditions": {"uid": "other"}})
     assert (
         wrong.status_code == 409
-        and "Precondition failed: UID in precondition: other" in wrong.json()["message"]
+        and "the UID in the precondition (other) does not match" in wrong.json()["message"]
     )
     stale = await api.request("DELETE", f"{W}/w", json={"preconditions": {"resourceVersion": "1"}})
     assert stale.status_code == 409

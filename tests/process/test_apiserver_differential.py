@@ -15,7 +15,7 @@ import contextlib
 import copy
 import json
 import os
-import subprocess
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,6 +33,8 @@ from kcpshard.testing.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "diff"
+AGE = re.compile(r"(\d+[smhd])+")
+UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -77,16 +79,18 @@ class Target:
         except ValueError:
             return resp.status_code, resp.text
 
-    def kubectl(self, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
-        done = subprocess.run(
-            [kubectl_binary(), *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
+    async def kubectl(self, *args: str) -> tuple[int, str, str]:
+        # Not subprocess.run: the emulated API server answers from this event loop, so a blocking
+        # call would starve it (kubectl then sees a TLS handshake timeout).
+        proc = await asyncio.create_subprocess_exec(
+            kubectl_binary(),
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             env={**os.environ, "KUBECONFIG": self.kubeconfig, "HOME": str(self.home)},
-            timeout=60,
         )
-        return done.returncode, done.stdout, done.stderr
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=60)
+        return proc.returncode or 0, out.decode(), err.decode()
 
 
 def failure(code: int, body: Any) -> dict[str, Any]:
@@ -97,7 +101,8 @@ def failure(code: int, body: Any) -> dict[str, Any]:
         (c.get("field", ""), c.get("reason", ""), c.get("message", ""))
         for c in (body.get("details") or {}).get("causes") or []
     )
-    return {"code": code, "reason": body.get("reason"), "message": body.get("message"), "causes": causes}
+    message = UID.sub("<uid>", str(body.get("message") or ""))  # uids differ between any two servers
+    return {"code": code, "reason": body.get("reason"), "message": message, "causes": causes}
 
 
 def names(listing: dict[str, Any]) -> list[str]:
@@ -124,12 +129,17 @@ def shard(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def table_columns(text: str) -> list[list[str]]:
-    """kubectl's table, without the AGE column's values (they depend on when the script ran)."""
+    """kubectl's table, without ages (they depend on when the script ran).
+
+    Rows are split on blanks, so empty cells vanish and the AGE column has no fixed index: drop the
+    header's AGE and every cell that reads as an age (`0s`, `5m3s`, `2d`).
+    """
     rows = [line.split() for line in text.splitlines() if line.strip()]
     if not rows or "AGE" not in rows[0]:
         return rows
-    age = rows[0].index("AGE")
-    return [rows[0]] + [row[:age] + row[age + 1 :] for row in rows[1:]]
+    return [[c for c in rows[0] if c != "AGE"]] + [
+        [c for c in row if not AGE.fullmatch(c)] for row in rows[1:]
+    ]
 
 
 # --- the script ---------------------------------------------------------------------------------------
@@ -313,7 +323,7 @@ async def validation(t: Target) -> None:
     t.record("unknown field with Strict validation", failure(code, body))
     path = t.home / "bad.yaml"
     path.write_text(yaml.safe_dump(shard("bad5", shape="Purple")))
-    code, _, err = t.kubectl("apply", "-f", str(path))
+    code, _, err = await t.kubectl("apply", "-f", str(path))
     t.record("kubectl apply of an invalid custom resource", {"code": code, "stderr": err.strip()})
 
 
@@ -424,6 +434,7 @@ async def pods_and_tables(t: Target) -> None:
             "dnsPolicy": spec.get("dnsPolicy"),
             "phase": (created.get("status") or {}).get("phase"),
             "qosClass": (created.get("status") or {}).get("qosClass"),
+            "generation": created["metadata"].get("generation"),
         },
     )
     _, listing = await t.call("GET", PODS.path(NS), params={"fieldSelector": "spec.nodeName=elsewhere"})
@@ -447,17 +458,18 @@ async def pods_and_tables(t: Target) -> None:
     code, table = await t.call("GET", shard_path(), accept=TABLE)
     columns = [(c["name"], c["type"], c.get("priority", 0)) for c in table.get("columnDefinitions") or []]
     t.record("Table of kcpshards: columns", {"code": code, "kind": table.get("kind"), "columns": columns})
-    t.record("kubectl get kcpshards", table_columns(t.kubectl("get", "kcpshards", "-n", NS)[1]))
+    t.record("kubectl get kcpshards", table_columns((await t.kubectl("get", "kcpshards", "-n", NS))[1]))
     t.record(
-        "kubectl get kshard -o wide", table_columns(t.kubectl("get", "kshard", "-n", NS, "-o", "wide")[1])
+        "kubectl get kshard -o wide",
+        table_columns((await t.kubectl("get", "kshard", "-n", NS, "-o", "wide"))[1]),
     )
     t.record(
         "kubectl get configmaps -l app=diff",
-        table_columns(t.kubectl("get", "cm", "-n", NS, "-l", "app=diff")[1]),
+        table_columns((await t.kubectl("get", "cm", "-n", NS, "-l", "app=diff"))[1]),
     )
-    code, out, err = t.kubectl("get", "kcpshards", "-n", NS, "nope")
+    code, out, err = await t.kubectl("get", "kcpshards", "-n", NS, "nope")
     t.record("kubectl get of a missing object", {"code": code, "stderr": err.strip()})
-    code, out, err = t.kubectl("get", "kslot", "-n", NS)
+    code, out, err = await t.kubectl("get", "kslot", "-n", NS)
     t.record("kubectl get of an empty list", {"code": code, "out": out, "stderr": err.strip()})
 
 

@@ -63,10 +63,10 @@ def test_maximum_and_minimum_messages() -> None:
 
 def test_type_errors() -> None:
     assert messages(widget(size="three")) == [
-        'spec.size: Invalid value: "three": spec.size in body must be of type integer: "string"'
+        'spec.size: Invalid value: "string": spec.size in body must be of type integer: "string"'
     ]
     assert messages(widget(size=1, amount=[1])) == [
-        'spec.amount: Invalid value: [1]: spec.amount in body must be of type integer-or-string: "array"'
+        'spec.amount: Invalid value: "array": spec.amount in body must be of type integer-or-string: "array"'
     ]
     assert messages(widget(size=2.0)) == []  # an integral float is an integer for kube-openapi
 
@@ -88,7 +88,7 @@ def test_lengths_items_and_formats() -> None:
         in messages(widget(size=1, port=2**31))
     )
     assert messages(widget(size=1, labels={"k": 1})) == [
-        'spec.labels[k]: Invalid value: 1: spec.labels[k] in body must be of type string: "integer"'
+        'spec.labels[k]: Invalid value: "integer": spec.labels[k] in body must be of type string: "integer"'
     ]
 
 

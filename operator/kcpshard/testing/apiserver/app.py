@@ -25,7 +25,7 @@ from .errors import (
     unauthorized,
     unsupported_media_type,
 )
-from .registry import ResourceType
+from .registry import COMMON_FIELDS, ResourceType
 from .requests import (
     ResourcePath,
     delete_options,
@@ -316,7 +316,9 @@ class ApiApp:
 
     def _selectors(self, rt: ResourceType, query: dict[str, str]) -> tuple[LabelSelector, FieldSelector]:
         def unknown(key: str) -> ApiError:
-            if rt.custom:
+            # Kinds without their own field-label conversion (ConfigMaps, Leases, custom resources)
+            # answer as apimachinery's DefaultMetaV1FieldSelectorConversion does.
+            if rt.custom or rt.field_selectors == COMMON_FIELDS:
                 allowed = ", ".join(f'"{f}"' for f in rt.field_selectors)
                 return bad_request(f'"{key}" is not a known field selector: only {allowed}')
             return bad_request(f"field label not supported: {key}")

@@ -211,3 +211,35 @@ def default_propagation(rt: ResourceType) -> str:
     DefaultGarbageCollectionPolicy); everything else here deletes them in the background.
     """
     return "Orphan" if (rt.group, rt.plural) == ("batch", "jobs") else "Background"
+
+
+# Groups whose registry strategies set metadata.generation (PrepareForCreate/Update); ConfigMaps,
+# Secrets, Leases, Events, Services, Nodes and Namespaces carry none (checked against kube-apiserver
+# v1.37 by tests/process/test_apiserver_differential.py).
+_GENERATION_GROUPS = frozenset({"apps", "batch", "policy", "networking.k8s.io", "apiextensions.k8s.io"})
+
+
+def tracks_generation(rt: ResourceType) -> bool:
+    """Whether objects of this type carry metadata.generation (custom resources always do)."""
+    return rt.custom or rt.group in _GENERATION_GROUPS or (rt.group, rt.plural) == ("", "pods")
+
+
+# map[string]string fields of the built-in kinds here: a non-string value cannot be decoded into the
+# typed object, so kube-apiserver refuses it (a patch with 422 Invalid, from its patcher's decode).
+_STRING_MAPS: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {
+    ("", "configmaps"): (("data", "ConfigMap.data"),),
+    ("", "secrets"): (("stringData", "Secret.stringData"),),
+}
+
+
+def decode_error(rt: ResourceType, obj: dict[str, Any]) -> str | None:
+    """The Go decoder's complaint about a value of the wrong type in a string map, or None."""
+    meta = obj.get("metadata") or {}
+    fields = [(meta.get("labels"), "ObjectMeta.labels"), (meta.get("annotations"), "ObjectMeta.annotations")]
+    fields += [(obj.get(key), go_name) for key, go_name in _STRING_MAPS.get((rt.group, rt.plural), ())]
+    for value, go_name in fields:
+        for item in (value or {}).values() if isinstance(value, dict) else ():
+            if item is not None and not isinstance(item, str):
+                found = "number" if isinstance(item, int | float) else type(item).__name__
+                return f"json: cannot unmarshal {found} into Go struct field {go_name} of type string"
+    return None

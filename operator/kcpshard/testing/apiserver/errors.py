@@ -91,6 +91,13 @@ def conflict(group: str, resource: str, name: str, why: str) -> ApiError:
     )
 
 
+def conflict_on_kind(kind: str, group: str, resource: str, name: str, why: str) -> ApiError:
+    """A storage precondition's 409: the message names the kind (`on ConfigMap "a"`)."""
+    named = f"{kind}.{group}" if group else kind
+    message = f'Operation cannot be fulfilled on {named} "{name}": {why}'
+    return ApiError(409, "Conflict", message, _details(group, resource, name))
+
+
 MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
 
 

@@ -155,7 +155,7 @@ def validate(obj: Any, schema: dict[str, Any] | None, path: str = "") -> list[Ca
             errors.append(
                 Cause(
                     "FieldValueTypeInvalid",
-                    f"Invalid value: {render_value(obj)}: {path} in body "
+                    f'Invalid value: "{_type_name(obj)}": {path} in body '
                     f'must be of type integer-or-string: "{_type_name(obj)}"',
                     path,
                 )
@@ -165,7 +165,8 @@ def validate(obj: Any, schema: dict[str, Any] | None, path: str = "") -> list[Ca
         return [
             Cause(
                 "FieldValueTypeInvalid",
-                f"Invalid value: {render_value(obj)}: {path} in body must be of "
+                # kube-openapi's InvalidType names the type found as the value, not the value itself.
+                f'Invalid value: "{_type_name(obj)}": {path} in body must be of '
                 f'type {expected}: "{_type_name(obj)}"',
                 path,
             )

@@ -32,6 +32,7 @@ from .errors import (
     already_exists,
     bad_request,
     conflict,
+    conflict_on_kind,
     forbidden,
     gone,
     invalid,
@@ -182,6 +183,8 @@ class Store:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         obj = builtins.to_storage(rt, copy.deepcopy(body))
+        if rt.custom and strict:
+            self._refuse_unknown_fields(rt, obj)  # decoding comes before any lookup, as in kube-apiserver
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             meta = obj["metadata"] = {}
@@ -221,7 +224,8 @@ class Store:
         meta["name"] = name
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_iso()
-        meta["generation"] = 1
+        if builtins.tracks_generation(rt):
+            meta["generation"] = 1
         self._stamp_kind(rt, obj)
         if rt.custom:
             if rt.status_subresource:
@@ -279,14 +283,9 @@ class Store:
     ) -> None:
         if rt.schema is None:
             return
-        unknown = [] if rt.preserve_unknown else schema.unknown_fields(obj, rt.schema)
-        unknown = [u for u in unknown if not u.startswith(".metadata")]
-        if unknown and strict:
-            fields = ", ".join(f'unknown field "{u.lstrip(".")}"' for u in unknown)
-            raise bad_request(
-                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                f"strict decoding error: {fields}"
-            )
+        if strict:
+            self._refuse_unknown_fields(rt, obj)
+        unknown = self._unknown_fields(rt, obj)
         if warnings is not None:
             warnings.extend(f'unknown field "{u.lstrip(".")}"' for u in unknown)
         schema.prune(obj, rt.schema)
@@ -294,6 +293,21 @@ class Store:
         causes = schema.validate(obj, rt.schema)
         if causes:
             raise invalid(rt.kind, rt.group, obj["metadata"].get("name", ""), causes)
+
+    @staticmethod
+    def _unknown_fields(rt: ResourceType, obj: dict[str, Any]) -> list[str]:
+        if rt.schema is None or rt.preserve_unknown:
+            return []
+        return [u for u in schema.unknown_fields(obj, rt.schema) if not u.startswith(".metadata")]
+
+    def _refuse_unknown_fields(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        unknown = self._unknown_fields(rt, obj)
+        if unknown:
+            fields = ", ".join(f'unknown field "{u.lstrip(".")}"' for u in unknown)
+            raise bad_request(
+                f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                f"strict decoding error: {fields}"
+            )
 
     # ----- update and patch --------------------------------------------------------------------------------
 
@@ -347,6 +361,11 @@ class Store:
             raise bad_request(
                 f"the name of the object ({patched['metadata']['name']}) does not match the name on "
                 f"the URL ({name})"
+            )
+        problem = None if rt.custom else builtins.decode_error(rt, patched)
+        if problem:
+            raise invalid(
+                rt.kind, rt.group, name, [Cause("FieldValueInvalid", f"Invalid value: {problem}", "patch")]
             )
         incoming = builtins.to_storage(rt, patched)
         incoming.setdefault("metadata", {})["name"] = name
@@ -426,7 +445,7 @@ class Store:
             crds.admit(rt, new, keep_status=current.get("status"))
         if self._same(new, current):
             return self.view(rt, current)
-        if self._spec_changed(rt, current, new):
+        if builtins.tracks_generation(rt) and self._spec_changed(rt, current, new):
             new["metadata"]["generation"] = int(cur_meta.get("generation", 1)) + 1
         if dry_run:
             return self.view(rt, new)
@@ -483,21 +502,23 @@ class Store:
         key, current = self._current(rt, namespace, name)
         meta = current["metadata"]
         if options.precondition_uid and options.precondition_uid != meta["uid"]:
-            raise conflict(
+            # storage.Preconditions.Check (k8s.io/apiserver v0.37): named by kind, not resource.
+            raise conflict_on_kind(
+                rt.kind,
                 rt.group,
                 rt.plural,
                 name,
-                f"Precondition failed: UID in precondition: "
-                f"{options.precondition_uid}, UID in object meta: {meta['uid']}",
+                f"the UID in the precondition ({options.precondition_uid}) does not match the UID in "
+                f"record ({meta['uid']}). The object might have been deleted and then recreated",
             )
         if options.precondition_rv and options.precondition_rv != meta["resourceVersion"]:
-            raise conflict(
+            raise conflict_on_kind(
+                rt.kind,
                 rt.group,
                 rt.plural,
                 name,
-                f"Precondition failed: ResourceVersion in precondition: "
-                f"{options.precondition_rv}, ResourceVersion in object meta: "
-                f"{meta['resourceVersion']}",
+                f"the ResourceVersion in the precondition ({options.precondition_rv}) does not match the "
+                f"ResourceVersion in record ({meta['resourceVersion']}). The object might have been modified",
             )
         if options.dry_run:
             return self.view(rt, current)
@@ -521,7 +542,7 @@ class Store:
                 if current_grace is None or grace < int(current_grace):
 
                     def mark_graceful(o: dict[str, Any]) -> None:
-                        if not o["metadata"].get("deletionTimestamp"):
+                        if not o["metadata"].get("deletionTimestamp") and "generation" in o["metadata"]:
                             o["metadata"]["generation"] = int(o["metadata"].get("generation", 1)) + 1
                         o["metadata"]["deletionTimestamp"] = now_iso(grace)
                         o["metadata"]["deletionGracePeriodSeconds"] = grace
@@ -548,7 +569,8 @@ class Store:
         meta = obj["metadata"]
         if not meta.get("deletionTimestamp"):
             meta["deletionTimestamp"] = now_iso()
-            meta["generation"] = int(meta.get("generation", 1)) + 1
+            if "generation" in meta:
+                meta["generation"] = int(meta["generation"]) + 1
         meta["deletionGracePeriodSeconds"] = 0
 
     def _remove(self, skey: StorageKey, key: ObjKey) -> dict[str, Any]:
