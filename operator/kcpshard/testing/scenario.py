@@ -4,7 +4,7 @@ client sending requests through the front, and check what is left when a roll en
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ async def wait_ready(stack: Stack, name: str = "root", timeout: float = 90) -> d
             return shard
         return None
 
-    return await wait_for(f"shard {name} Ready=True", ready, timeout=timeout)
+    return await _wait_shard(stack, name, f"shard {name} Ready=True", ready, timeout)
 
 
 async def wait_stalled(stack: Stack, name: str = "root", timeout: float = 90) -> dict[str, Any]:
@@ -60,7 +60,26 @@ async def wait_stalled(stack: Stack, name: str = "root", timeout: float = 90) ->
             return shard
         return None
 
-    return await wait_for(f"shard {name} Stalled=True", stalled, timeout=timeout)
+    return await _wait_shard(stack, name, f"shard {name} Stalled=True", stalled, timeout)
+
+
+async def _wait_shard(
+    stack: Stack, name: str, what: str, probe: Callable[[], Awaitable[dict[str, Any] | None]], timeout: float
+) -> dict[str, Any]:
+    """wait_for, and on timeout say where the shard stood (its conditions and roll step)."""
+    try:
+        return await wait_for(what, probe, timeout=timeout)
+    except TimeoutError as exc:
+        try:
+            status = (await stack.shard(name)).get("status") or {}
+        except Exception as read:  # the timeout is the news; the state is only a hint
+            raise TimeoutError(f"{exc}; the shard could not be read: {read}") from exc
+        seen = "; ".join(
+            f"{c.get('type')}={c.get('status')} {c.get('reason')}: {c.get('message')}"
+            for c in status.get("conditions") or []
+        )
+        step = (status.get("rollout") or {}).get("step")
+        raise TimeoutError(f"{exc}; last seen: step={step}; {seen}") from exc
 
 
 async def wait_last_roll(

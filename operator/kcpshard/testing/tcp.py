@@ -4,14 +4,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from kcpshard.testing import waiting
 
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
 
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free now, below the kernel's ephemeral range.
+
+    A port from bind(0) lies in the ephemeral range, so any outgoing connection made before the test
+    listens on it (the control plane's own, at start-up) may take it as its source port, and the
+    listener then fails to bind. Below that range only listeners compete, and those ask for 0.
+    """
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(10000, max(low, 10001))
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    with socket.socket() as s:  # a crowded range: fall back to the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
