@@ -197,6 +197,37 @@ async def test_second_shard_on_a_taken_front_port_stalls_and_the_first_is_unaffe
         assert len(scenario.kcp_processes(Path(stack.info.sandbox))) == 1  # only the first's
 
 
+async def test_a_copied_manifest_on_the_same_store_stalls_and_the_first_keeps_serving(tmp_path: Path) -> None:
+    """A user copies a shard's manifest and changes only its name: same etcd, same key prefix."""
+    kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
+    port = free_port()
+    async with running_stack(tmp_path / "stack") as stack:
+        first = _manifest(stack, "first", port, kcp=kcp)
+        code, output = _apply(stack, tmp_path, first)
+        assert code == 0, output
+        await scenario.wait_ready(stack, "first")
+        async with scenario.traffic(stack, port, name="first") as load:
+            copy = {**first, "metadata": {**first["metadata"], "name": "copy"}}
+            code, output = _apply(stack, tmp_path, copy)
+            assert code == 0, output
+            shard = await scenario.wait_stalled(stack, "copy", timeout=60)
+            await scenario.more_requests(load)
+        stalled = scenario.condition(shard, "Stalled")
+        assert stalled["reason"] == "InvalidSpec", stalled
+        prefix = first["spec"]["store"]["etcd"]["prefix"]
+        assert (
+            f"store: etcd {stack.info.etcd_endpoint} with key prefix {prefix} overlaps the store of "
+            f"KcpShard default/first (prefix {prefix})"
+        ) in stalled["message"], stalled["message"]
+        assert "set spec.store.etcd.prefix" in stalled["message"]
+        await scenario.wait_event(stack, "copy", "InvalidSpec")
+        assert await scenario.slot_names(stack, "copy") == []
+        assert await scenario.slot_jobs(stack, "copy") == []
+        assert load.report.failed == 0, load.report.failures
+        assert (await scenario.wait_ready(stack, "first"))["status"]["activeSlot"] == "a"
+        assert len(scenario.kcp_processes(Path(stack.info.sandbox))) == 1  # only the first's
+
+
 # ----- judged on the node ------------------------------------------------------------------------
 
 

@@ -3,6 +3,12 @@
 kcp does not release its lease on exit, so a stopped kcp's lease stays until it expires (60 s). The
 handover deletes a stale holder's lease so the new kcp takes it at once, but never the lease of a live
 new holder.
+
+What ties a holder to the new slot: the lease lives in this shard's own keyspace, and no other
+shard's kcp can write there (roll/conflicts.py stalls a shard whose store overlaps another's before
+anything starts). So the only kcp processes that can hold it are this shard's slots; with the old
+slot's holder recorded (or the old slot exited before the holder renewed), any other live holder is
+the new slot's kcp.
 """
 
 from __future__ import annotations

@@ -112,6 +112,11 @@ class Neighbour:
     node: str | None = None
     front_address: str = "127.0.0.1"
     front_port: int | None = None
+    # The store, as roll/conflicts.py names it: etcd endpoints (normalised), the key prefix, or the
+    # Secret that holds a kine DSN.
+    etcd_endpoints: tuple[str, ...] = ()
+    etcd_prefix: str = ""
+    kine_ref: str | None = None
 
 
 class FrontWorkload(enum.StrEnum):

@@ -44,7 +44,7 @@ from kcpshard.roll.actions import (
     UpdateFront,
     Wait,
 )
-from kcpshard.roll.conflicts import front_conflicts
+from kcpshard.roll.conflicts import front_conflicts, store_conflicts
 from kcpshard.roll.failures import after_flip, failure_action
 from kcpshard.roll.observed import (
     BackupView,
@@ -165,9 +165,13 @@ def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
 
 
 def invalid(obs: Observed) -> list[str]:
-    """What only the operator can judge wrong in the spec: flags, and another shard's front port."""
+    """What only the operator can judge wrong in the spec: flags, another shard's front port or store."""
     me = (obs.created, obs.namespace, obs.name)
-    return [*kcp_flags.validate(obs.spec), *front_conflicts(obs.spec, me, obs.neighbours)]
+    return [
+        *kcp_flags.validate(obs.spec),
+        *front_conflicts(obs.spec, me, obs.neighbours),
+        *store_conflicts(obs.spec, me, obs.neighbours),
+    ]
 
 
 def _shard_only(obs: ShardOnly) -> Action:

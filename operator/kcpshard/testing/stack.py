@@ -138,7 +138,8 @@ def shard_manifest(
         "spec": {
             "kcp": {"version": version, "binary": "kcpshard-fake-kcp"},
             "node": "local-node",
-            "store": {"etcd": {"endpoints": [etcd]}},
+            # A key prefix per shard: the operator refuses two shards on one etcd keyspace.
+            "store": {"etcd": {"endpoints": [etcd], "prefix": f"/shards/{namespace}/{name}"}},
             "front": {"address": "127.0.0.1", "port": front_port},
             "shard": {"name": "root", "root": True},
             "shutdownDelaySeconds": 2,
