@@ -953,3 +953,38 @@ def test_a_failed_roll_stays_failed_after_a_recovery_roll_in_between() -> None:
     )
     action = plan.next_action(observe(status, {A: slot(A, "old")}))
     assert isinstance(action, plan.Stall) and action.reason == "ReadyTimeout"
+
+
+# ----- version pairs that must not run side by side ----------------------------------------------
+
+V27 = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version": "v0.27.3"})})
+V28 = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version": "v0.28.0"})})
+SERVING_V27 = KcpShardStatus(
+    active_slot="a", active_revision="old", active_spec=V27.model_dump(mode="json", by_alias=True)
+)
+
+
+def test_a_blue_green_roll_across_a_storage_change_stalls_before_anything_starts() -> None:
+    action = next_of(SERVING_V27, slot(A, "old"), spec=V28)
+    assert isinstance(action, plan.Stall) and action.reason == "UnsafeSideBySide", action
+    for words in ("kcp v0.27.3 serves", "kcp v0.28.0", "crosses the storage change at v0.28.0"):
+        assert words in action.message, action.message
+    assert (
+        "spec.shape: Single" in action.message and "spec.roll.allowUnsafeSideBySide: true" in action.message
+    )
+
+
+def test_the_same_pair_rolls_in_the_single_shape_or_when_the_risk_is_accepted() -> None:
+    single_roll = started(
+        next_of(SERVING_V27, slot(A, "old"), spec=V28.model_copy(update={"shape": Shape.SINGLE}))
+    )
+    assert single_roll.shape is Shape.SINGLE and single_roll.to_slot == "a"
+    accepted = started(
+        next_of(SERVING_V27, slot(A, "old"), spec=with_roll(V28, allow_unsafe_side_by_side=True))
+    )
+    assert accepted.shape is Shape.BLUE_GREEN and accepted.to_slot == "b"
+
+
+def test_a_safe_pair_and_a_first_slot_roll_blue_green() -> None:
+    assert started(next_of(SERVING_V27, slot(A, "old"), spec=V27.model_copy(update={"front": SPEC.front})))
+    assert started(next_of(KcpShardStatus(front=FRONT_UP), spec=V28)).to_slot == "a"  # nothing serves yet

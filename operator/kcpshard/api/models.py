@@ -146,6 +146,14 @@ class RollSpec(Model):
     drain_timeout_seconds: Annotated[int, Field(alias="drainTimeoutSeconds", ge=0, le=3600)] = 30
     backup: Annotated[bool, Field(description="Snapshot the store before each roll.")] = False
     backup_timeout_seconds: Annotated[int, Field(alias="backupTimeoutSeconds", ge=1, le=86400)] = 600
+    allow_unsafe_side_by_side: Annotated[
+        bool,
+        Field(
+            alias="allowUnsafeSideBySide",
+            description="Roll BlueGreen even across kcp versions that must not run side by side on one "
+            "store (the old kcp may misread what the new one wrote). Prefer shape: Single for such a roll.",
+        ),
+    ] = False
 
 
 class KcpShardSpec(Model):

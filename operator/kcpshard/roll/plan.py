@@ -15,6 +15,8 @@ from __future__ import annotations
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName
 from kcpshard.kcp import flags as kcp_flags
+from kcpshard.kcp import versions
+from kcpshard.kcp.errors import VersionError
 from kcpshard.roll import lease, steps
 from kcpshard.roll.actions import (
     RESYNC_SECONDS,
@@ -293,6 +295,25 @@ def _start_roll(obs: Observed, rollout: RolloutStatus, *, recovery: bool = False
     return StartRoll(rollout, recovery=recovery)
 
 
+def _unsafe_side_by_side(obs: Observed) -> str | None:
+    """Why the serving kcp and the spec's must not run at once on one store, unless the user accepts it."""
+    serving = ((obs.status.active_spec or {}).get("kcp") or {}).get("version")
+    if not isinstance(serving, str) or obs.spec.roll.allow_unsafe_side_by_side:
+        return None
+    try:
+        safe, why = versions.side_by_side_safe(serving, obs.spec.kcp.version)
+    except VersionError:
+        return None  # an unknown version is InvalidSpec's to report
+    if safe:
+        return None
+    return (
+        f"kcp {serving} serves and the spec asks for kcp {obs.spec.kcp.version}, which must not run side by "
+        f"side on one store ({why}); nothing was started. Set spec.shape: Single for this roll (a planned "
+        "outage: the old kcp stops before the new one starts), or spec.roll.allowUnsafeSideBySide: true "
+        "to roll blue/green and accept the risk"
+    )
+
+
 def _start(obs: Observed) -> Action:
     status = obs.status
     active = SlotName(status.active_slot) if status.active_slot else None
@@ -341,6 +362,9 @@ def _start(obs: Observed) -> Action:
     if active is None and (front is None or front.observed_at is None):
         return Wait(f"waiting for the front on node {obs.spec.node} to start")
     shape = obs.spec.shape if active is not None else Shape.BLUE_GREEN
+    unsafe = _unsafe_side_by_side(obs) if shape is Shape.BLUE_GREEN and active is not None else None
+    if unsafe is not None:
+        return Stall(reason="UnsafeSideBySide", message=unsafe)
     to_slot = (
         active if shape is Shape.SINGLE and active is not None else (active.other() if active else SlotName.A)
     )
