@@ -20,8 +20,10 @@ import httpx
 import pytest
 import yaml
 
+from kcpshard.api.models import KcpShardSpec
 from kcpshard.k8s.api import JOBS, KCPSHARDS, SECRETS
 from kcpshard.kcp.kubeconfig import ShardAdmin
+from kcpshard.roll.revision import revision_of
 from kcpshard.testing import scenario
 from kcpshard.testing.kcpbin import make_kcp
 from kcpshard.testing.stack import Stack, running_stack
@@ -88,7 +90,7 @@ async def _secret(stack: Stack, name: str, data: dict[str, str]) -> None:
     await stack.api.create(SECRETS, "default", body)
 
 
-async def _beta_on_v032(stack: Stack, bin_dir: Path) -> int:
+async def _beta_on_v032(stack: Stack, bin_dir: Path, root_ref: str | None = None) -> int:
     """A non-root shard `beta` serving kcp v0.32.1 (which keeps `identitycache`); returns the front port."""
     await _secret(stack, "cache-kc", {"kubeconfig": KUBECONFIG.format(name="cache")})
     await _secret(stack, "root-kc", {"kubeconfig": KUBECONFIG.format(name="root-shard")})
@@ -101,7 +103,8 @@ async def _beta_on_v032(stack: Stack, bin_dir: Path) -> int:
             "root": False,
             "cacheKubeconfigSecretRef": {"name": "cache-kc"},
             "rootShardKubeconfigSecretRef": {"name": "root-kc"},
-        },
+        }
+        | ({"rootShardRef": {"name": root_ref}} if root_ref else {}),
     )
     await scenario.wait_ready(stack, "beta")
     return port
@@ -233,3 +236,49 @@ async def test_kcp_admin_kubeconfig_is_published_and_follows_the_roll(tmp_path: 
         async with _client(server, ca, token) as client:
             stale = await client.get("/api/v1/namespaces")
         assert stale.status_code == 401, stale.text
+
+
+async def test_a_non_root_shard_waits_for_its_root_then_rolls_by_itself(tmp_path: Path) -> None:
+    """DESIGN.md section 4: a non-root shard never runs a newer kcp than its root serves."""
+    bin_dir = tmp_path / "bin"
+    v033 = make_kcp(bin_dir, "kcp-0330", version="v0.33.0", **FAST)
+    async with running_stack(tmp_path / "stack") as stack:
+        v032 = make_kcp(bin_dir, "kcp-root-0321", version="v0.32.1", **FAST)
+        await scenario.create_shard(stack, "root", kcp={"version": "v0.32.1", "binary": v032})
+        await scenario.wait_ready(stack, "root")
+        port = await _beta_on_v032(stack, bin_dir, root_ref="root")
+        (beta_job,) = await scenario.slot_jobs(stack, "beta")
+
+        async def waiting_for_root() -> dict[str, Any] | None:
+            shard = await stack.shard("beta")
+            reconciling = scenario.condition(shard, "Reconciling")
+            return shard if reconciling.get("reason") == "WaitingForRootShard" else None
+
+        async with scenario.traffic(stack, port, name="beta") as load:
+            patched = await stack.api.patch(
+                KCPSHARDS, "default", "beta", {"spec": {"kcp": {"version": "v0.33.0", "binary": v033}}}
+            )
+            target = revision_of(KcpShardSpec.model_validate(patched["spec"]))
+            held = await wait_for("beta waiting for its root", waiting_for_root, timeout=60)
+            reconciling = scenario.condition(held, "Reconciling")
+            assert reconciling["status"] == "True", reconciling
+            assert (
+                "root shard default/root to serve kcp v0.33.0 or newer (it serves kcp v0.32.1)"
+                in (reconciling["message"])
+            ), reconciling
+            assert scenario.condition(held, "Stalled")["status"] == "False"
+            assert not held["status"].get("rollout")
+            assert await scenario.slot_jobs(stack, "beta") == [beta_job]  # nothing started
+            await scenario.wait_event(stack, "beta", "WaitingForRootShard")
+
+            await stack.api.patch(
+                KCPSHARDS, "default", "root", {"spec": {"kcp": {"version": "v0.33.0", "binary": v033}}}
+            )
+            root = await scenario.wait_last_roll(stack, "root", timeout=180)
+            assert root["status"]["lastRoll"]["result"] == "Succeeded", root["status"]["lastRoll"]
+            # By itself; it may begin before the root's roll ends (the root serves v0.33.0 from its flip).
+            beta = await scenario.wait_last_roll(stack, "beta", to_revision=target, timeout=180)
+            await scenario.more_requests(load)
+        assert beta["status"]["lastRoll"]["result"] == "Succeeded", beta["status"]["lastRoll"]
+        assert beta["status"]["activeSpec"]["kcp"]["version"] == "v0.33.0"
+        assert load.report.failed == 0, load.report.failures

@@ -988,3 +988,51 @@ def test_the_same_pair_rolls_in_the_single_shape_or_when_the_risk_is_accepted() 
 def test_a_safe_pair_and_a_first_slot_roll_blue_green() -> None:
     assert started(next_of(SERVING_V27, slot(A, "old"), spec=V27.model_copy(update={"front": SPEC.front})))
     assert started(next_of(KcpShardStatus(front=FRONT_UP), spec=V28)).to_slot == "a"  # nothing serves yet
+
+
+# ----- root shard first --------------------------------------------------------------------------
+
+NON_ROOT = KcpShardSpec.model_validate(
+    SPEC_JSON
+    | {
+        "shard": {
+            "name": "beta",
+            "root": False,
+            "rootShardRef": {"name": "root"},
+            "cacheKubeconfigSecretRef": {"name": "cache"},
+            "rootShardKubeconfigSecretRef": {"name": "root-kubeconfig"},
+        }
+    }
+)
+
+
+def non_root_next(root: plan.RootShardView | None, spec: KcpShardSpec = NON_ROOT) -> plan.Action:
+    status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
+    return next_of(status, slot(A, "old"), spec=spec, root_shard=root)
+
+
+def test_a_non_root_shard_waits_while_its_root_serves_an_older_kcp() -> None:
+    action = non_root_next(plan.RootShardView("root", found=True, serving_version="v0.31.0"))
+    assert isinstance(action, plan.Hold) and action.reason == "WaitingForRootShard", action
+    assert "root shard default/root" in action.message and "kcp v0.32.1 or newer" in action.message
+    assert "it serves kcp v0.31.0" in action.message
+    assert plan.pause(action, observe()) == plan.RESYNC_SECONDS  # it looks again by itself
+    nothing_yet = non_root_next(plan.RootShardView("root", found=True))
+    assert isinstance(nothing_yet, plan.Hold) and "it serves nothing yet" in nothing_yet.message
+
+
+def test_a_non_root_shard_rolls_once_its_root_serves_that_version_or_newer() -> None:
+    for version in ("v0.32.1", "v0.33.0"):
+        assert started(non_root_next(plan.RootShardView("root", found=True, serving_version=version)))
+    # a pre-release of the target is older than it
+    action = non_root_next(plan.RootShardView("root", found=True, serving_version="v0.32.1-rc.1"))
+    assert isinstance(action, plan.Hold)
+
+
+def test_a_missing_root_stalls_and_a_root_shard_or_one_without_a_ref_never_waits() -> None:
+    missing = non_root_next(plan.RootShardView("root", found=False))
+    assert isinstance(missing, plan.Stall) and missing.reason == "RootShardMissing"
+    assert "KcpShard default/root, which does not exist" in missing.message
+    older_root = plan.RootShardView("root", found=True, serving_version="v0.30.0")
+    assert started(non_root_next(older_root, spec=SPEC))  # a root shard is its own root
+    assert started(non_root_next(None))  # no ref read: no ordering

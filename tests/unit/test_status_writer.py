@@ -88,6 +88,21 @@ async def test_a_stall_is_written_and_told_once() -> None:
     assert events.posted == [("InvalidSpec", "spec.node: bad", True)]
 
 
+async def test_a_hold_says_reconciling_with_its_reason_once_and_is_not_a_stall() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = observed(api)
+    await w.stall(obs, "InvalidSpec", "spec.node: bad")
+    await w.hold(obs, "WaitingForRootShard", "waiting for root shard default/root")
+    await w.hold(obs, "WaitingForRootShard", "waiting for root shard default/root")
+    assert len(api.writes()) == 2  # the same hold again writes nothing
+    assert condition(api, "Reconciling") == ("True", "WaitingForRootShard")
+    assert condition(api, "Stalled")[0] == "False"
+    assert condition(api, "Ready") == ("False", "WaitingForRootShard")
+    assert events.posted[-1] == ("WaitingForRootShard", "waiting for root shard default/root", False)
+    assert len(events.posted) == 2
+
+
 async def test_a_write_that_meets_another_writer_is_read_again_and_keeps_its_fields() -> None:
     api = RecordingApi()
     w, _ = writer(api)

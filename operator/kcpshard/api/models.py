@@ -110,6 +110,10 @@ class FrontSpec(Model):
     port: Annotated[int, Field(ge=1, le=65535, description="Port of the front; clients use address:port.")]
 
 
+class ShardRef(Model):
+    name: Annotated[str, Field(min_length=1, description="Name of a KcpShard in this shard's namespace.")]
+
+
 class ShardIdentity(Model):
     name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63, description="kcp --shard-name.")] = (
         "root"
@@ -127,6 +131,14 @@ class ShardIdentity(Model):
         Field(
             alias="rootShardKubeconfigSecretRef",
             description="Non-root shards up to kcp v0.32 (--root-shard-kubeconfig-file).",
+        ),
+    ] = None
+    root_shard_ref: Annotated[
+        ShardRef | None,
+        Field(
+            alias="rootShardRef",
+            description="The KcpShard of this non-root shard's root shard: a roll to a kcp version newer "
+            "than the root serves waits until the root serves it.",
         ),
     ] = None
     base_url: Annotated[

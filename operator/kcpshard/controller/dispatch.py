@@ -31,6 +31,7 @@ class Dispatcher:
             a.CreateFront: self._create_front,
             a.UpdateFront: self._update_front,
             a.Steady: self._steady,
+            a.Hold: self._hold,
             a.StartRoll: self._start_roll,
             a.Advance: self._advance,
             a.StartBackup: self._start_backup,
@@ -82,6 +83,9 @@ class Dispatcher:
     async def _steady(self, action: a.Steady, obs: Observed) -> None:
         await self._publish_admin_kubeconfig(obs)
         await self.writer.steady(obs, action.message)
+
+    async def _hold(self, action: a.Hold, obs: Observed) -> None:
+        await self.writer.hold(obs, action.reason, action.message)
 
     async def _publish_admin_kubeconfig(self, obs: Observed) -> None:
         published = await admin.publish_admin_kubeconfig(self.ctx, obs)

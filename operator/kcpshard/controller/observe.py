@@ -39,6 +39,7 @@ from kcpshard.roll.observed import (
     JobView,
     LeaseReading,
     Observed,
+    RootShardView,
     ShardOnly,
     SlotView,
 )
@@ -106,6 +107,7 @@ class Observer:
             job_starts=starts,
             backup=backup,
             neighbours=self.index.neighbours(self.namespace, self.name, spec),
+            root_shard=await self._root_shard(spec),
             shared_secret=await self._exists(SECRETS, builders.shared_secret_name(self.name)),
             front=await self._front(body, spec),
             **seen,
@@ -120,6 +122,21 @@ class Observer:
             self.logger.warning(f"could not read kcp's controller lease: {exc}")
             reading = LeaseReading(error=str(exc))
         return replace(obs, kcp_lease=reading)
+
+    async def _root_shard(self, spec: KcpShardSpec) -> RootShardView | None:
+        """The root shard a non-root shard names, and the kcp version it serves (one read)."""
+        ref = spec.shard.root_shard_ref
+        if spec.shard.root or ref is None:
+            return None
+        try:
+            root = await self.api.get(KCPSHARDS, self.namespace, ref.name)
+        except NotFound:
+            return RootShardView(ref.name, found=False)
+        active = (root.get("status") or {}).get("activeSpec") or {}
+        version = (active.get("kcp") or {}).get("version")
+        return RootShardView(
+            ref.name, found=True, serving_version=version if isinstance(version, str) else None
+        )
 
     async def _exists(self, ref: ResourceRef, name: str) -> bool:
         try:

@@ -90,6 +90,25 @@ def stall(generation: int, reason: str, message: str) -> StatusFn:
     return change
 
 
+def hold(generation: int, reason: str, message: str) -> StatusFn:
+    """Reconciling=True for `reason`: the next roll waits on something outside the shard (not Stalled:
+    it goes on by itself). Ready=False: the shard does not run its spec yet. None when already said."""
+
+    def change(status: dict[str, Any]) -> dict[str, Any] | None:
+        reconciling = cond.find(status.get("conditions"), "Reconciling")
+        if reconciling and reconciling.get("reason") == reason and reconciling.get("message") == message:
+            return None
+        return with_conditions(
+            status,
+            generation,
+            ready=("False", reason, message),
+            reconciling=("True", reason, message),
+            stalled=("False", reason, ""),
+        )
+
+    return change
+
+
 def steady(generation: int, message: str) -> StatusFn:
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         status["observedGeneration"] = generation

@@ -95,6 +95,10 @@ class StatusWriter:
         if wrote:  # the same Stalled again is no news
             self.event(seen, reason, message, warning=True)
 
+    async def hold(self, obs: Observed, reason: str, message: str) -> None:
+        if await self._mutate(changes.hold(obs.generation, reason, message)):  # news only when it changed
+            self.event(obs, reason, message)
+
     async def steady(self, obs: Observed, message: str) -> None:
         await self._mutate(changes.steady(obs.generation, message))
 

@@ -103,6 +103,11 @@ class Stall(Because):
 
 
 @dataclass(frozen=True)
+class Hold(Because):
+    """The next roll waits on something outside this shard: Reconciling=True with the reason, no Stall."""
+
+
+@dataclass(frozen=True)
 class Wait(Action):
     reason: str
     until: datetime.datetime | None = None

@@ -148,6 +148,15 @@ class ShardOnly(Seen):
     spec_error: str | None = None
 
 
+@dataclass(frozen=True)
+class RootShardView:
+    """The root shard a non-root shard names (spec.shard.rootShardRef), as read this round."""
+
+    name: str
+    found: bool
+    serving_version: str | None = None  # the kcp version its active slot runs; None before it serves
+
+
 @dataclass(frozen=True, kw_only=True)
 class Observed(Seen):
     """Everything a decision needs, read once at the start of a round."""
@@ -168,6 +177,7 @@ class Observed(Seen):
     job_starts: Mapping[tuple[SlotName, str], int] = field(default_factory=dict)
     backup: BackupView | None = None
     neighbours: tuple[Neighbour, ...] = ()
+    root_shard: RootShardView | None = None  # only for a non-root shard that names its root
     shared_secret: bool = True
     front: FrontWorkload = FrontWorkload.CURRENT
     # kcp's controller lease: read only when the plan asks for it (ReadKcpLease), else None.

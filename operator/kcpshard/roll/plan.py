@@ -32,6 +32,7 @@ from kcpshard.roll.actions import (
     FirstSight,
     Flip,
     FreeLease,
+    Hold,
     KillSlot,
     Probe,
     ReadKcpLease,
@@ -55,6 +56,7 @@ from kcpshard.roll.observed import (
     LeaseReading,
     Neighbour,
     Observed,
+    RootShardView,
     ShardOnly,
     SlotView,
 )
@@ -86,6 +88,7 @@ __all__ = [
     "Finish",
     "Flip",
     "FreeLease",
+    "Hold",
     "JobView",
     "KillSlot",
     "LeaseReading",
@@ -94,6 +97,7 @@ __all__ = [
     "Probe",
     "RequestDrain",
     "Restore",
+    "RootShardView",
     "SlotView",
     "StartBackup",
     "Steady",
@@ -161,7 +165,7 @@ def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
             return RESYNC_SECONDS
         remaining = (action.until - obs.now).total_seconds()
         return max(min(remaining, RESYNC_SECONDS), 0.05)
-    if isinstance(action, Steady | Stall | KillSlot):
+    if isinstance(action, Steady | Stall | Hold | KillSlot):
         return RESYNC_SECONDS
     return None
 
@@ -295,6 +299,33 @@ def _start_roll(obs: Observed, rollout: RolloutStatus, *, recovery: bool = False
     return StartRoll(rollout, recovery=recovery)
 
 
+def _root_first(obs: Observed) -> Action | None:
+    """A non-root shard never runs a newer kcp than its root serves (DESIGN.md section 4: a v0.32 shard
+    beside a v0.31 root never becomes ready), so its roll waits until the root has rolled."""
+    root = obs.root_shard
+    if obs.spec.shard.root or root is None:
+        return None
+    if not root.found:
+        return Stall(
+            "RootShardMissing",
+            f"spec.shard.rootShardRef names KcpShard {obs.namespace}/{root.name}, which does not exist: "
+            "create the root shard first, or correct the name",
+        )
+    target = obs.spec.kcp.version
+    try:
+        behind = root.serving_version is None or versions.parse(root.serving_version) < versions.parse(target)
+    except VersionError:
+        return None  # an unknown version is InvalidSpec's to report
+    if not behind:
+        return None
+    serves = f"it serves kcp {root.serving_version}" if root.serving_version else "it serves nothing yet"
+    return Hold(
+        "WaitingForRootShard",
+        f"waiting for root shard {obs.namespace}/{root.name} to serve kcp {target} or newer ({serves}); "
+        "the roll starts by itself once it does",
+    )
+
+
 def _unsafe_side_by_side(obs: Observed) -> str | None:
     """Why the serving kcp and the spec's must not run at once on one store, unless the user accepts it."""
     serving = ((obs.status.active_spec or {}).get("kcp") or {}).get("version")
@@ -361,6 +392,9 @@ def _start(obs: Observed) -> Action:
         )
     if active is None and (front is None or front.observed_at is None):
         return Wait(f"waiting for the front on node {obs.spec.node} to start")
+    waiting = _root_first(obs)
+    if waiting is not None:
+        return waiting
     shape = obs.spec.shape if active is not None else Shape.BLUE_GREEN
     unsafe = _unsafe_side_by_side(obs) if shape is Shape.BLUE_GREEN and active is not None else None
     if unsafe is not None:
