@@ -1036,3 +1036,20 @@ def test_a_missing_root_stalls_and_a_root_shard_or_one_without_a_ref_never_waits
     older_root = plan.RootShardView("root", found=True, serving_version="v0.30.0")
     assert started(non_root_next(older_root, spec=SPEC))  # a root shard is its own root
     assert started(non_root_next(None))  # no ref read: no ordering
+
+
+# ----- kubectl kcpshard reassert -----------------------------------------------------------------
+
+
+def test_reassert_rolls_the_serving_revision_to_the_other_slot_once_per_annotation_value() -> None:
+    status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
+    ro = started(next_of(status, slot(A, "old"), reassert_token="t1"))
+    assert (ro.from_slot, ro.to_slot) == ("a", "b")
+    assert ro.target_revision == "old" and ro.target_spec == OLD_SPEC_JSON  # not the spec's revision
+    assert ro.reassert_token == "t1" and ro.shape is Shape.BLUE_GREEN
+    done = status.model_copy(
+        update={"last_roll": RollReport(result="Succeeded", reassertToken="t1", toRevision="old")}
+    )
+    assert started(next_of(done, slot(A, "old"), reassert_token="t1")).target_revision == REV  # the spec's
+    nothing = KcpShardStatus(front=FRONT_UP)
+    assert started(next_of(nothing, reassert_token="t1")).reassert_token is None  # nothing serves yet

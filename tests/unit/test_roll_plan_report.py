@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from kcpshard.api.models import RolloutStatus
 from kcpshard.roll import plan
 from kcpshard.roll.plan import Step
+from kcpshard.roll.report import reassert_needed
 
 
 def stamps(**seconds: float) -> dict[str, str]:
@@ -97,3 +101,35 @@ def test_report_spans_read_only_stamps_that_are_written() -> None:
     assert plan.LEAVE_STAMP[Step.WAITING_READY] == "ready"
     assert plan.LEAVE_STAMP[Step.FLIPPING] == "flipped"
     assert plan.LEAVE_STAMP[Step.STOPPING_OLD] == "oldExited"
+
+
+# ----- after an aborted upgrade ------------------------------------------------------------------
+
+
+def _upgrade(**kw: Any) -> RolloutStatus:
+    kw.setdefault("timestamps", {"started": "t0", "slotStarting": "t1"})
+    kw.setdefault("from_version", "v0.32.1")
+    return RolloutStatus(
+        step="WaitingReady",
+        from_slot="a",
+        to_slot="b",
+        target_revision="new",
+        from_revision="old",
+        target_spec={"kcp": {"version": "v0.33.0"}},
+        started_at="t0",
+        **kw,
+    )
+
+
+def test_an_aborted_upgrade_whose_kcp_started_asks_for_a_reassert_with_the_command() -> None:
+    message = reassert_needed(_upgrade(), "Aborted", "root")
+    assert message is not None
+    assert "kcp v0.33.0 started during the aborted upgrade from v0.32.1" in message
+    assert "kubectl kcpshard reassert root" in message
+
+
+def test_no_reassert_when_the_new_kcp_never_ran_the_version_is_the_same_or_it_rolled_back() -> None:
+    assert reassert_needed(_upgrade(timestamps={"started": "t0"}), "Aborted", "root") is None
+    assert reassert_needed(_upgrade(from_version="v0.33.0"), "Aborted", "root") is None
+    assert reassert_needed(_upgrade(), "RolledBack", "root") is None  # the old kcp started again
+    assert reassert_needed(_upgrade(), "Failed", "root") is None  # after the flip: the new kcp serves

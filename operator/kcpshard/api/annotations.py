@@ -16,4 +16,8 @@ PROMOTE = f"{PREFIX}promote"
 # Stop a roll before its flip: the new slot is stopped, the old one keeps serving (`kubectl kcpshard abort`).
 ABORT = f"{PREFIX}abort"
 
-ALL = (RETRY, PROMOTE, ABORT)
+# Roll the serving revision once more, so its kcp re-asserts its bootstrap objects after an aborted
+# upgrade (`kubectl kcpshard reassert`); the operator records the value in the report (`reassertToken`).
+REASSERT = f"{PREFIX}reassert"
+
+ALL = (RETRY, PROMOTE, ABORT, REASSERT)

@@ -265,6 +265,13 @@ class RolloutStatus(Model):
         ),
     ] = None
     retry_token: Annotated[str | None, Field(alias="retryToken")] = None
+    reassert_token: Annotated[
+        str | None,
+        Field(
+            alias="reassertToken",
+            description="The kcpshard.dev/reassert value of a roll of the serving revision it asked for.",
+        ),
+    ] = None
     backup: BackupReport | None = None
     started_at: Annotated[str, Field(alias="startedAt")]
     step_started_at: Annotated[str | None, Field(alias="stepStartedAt")] = None
@@ -279,6 +286,13 @@ class RollReport(Model):
     recovery: Annotated[bool, Field(description="It started a dead serving slot's revision again.")] = False
     retry_token: Annotated[
         str | None, Field(alias="retryToken", description="The kcpshard.dev/retry annotation it ran with.")
+    ] = None
+    reassert_token: Annotated[
+        str | None,
+        Field(
+            alias="reassertToken",
+            description="The kcpshard.dev/reassert annotation this roll of the serving revision ran for.",
+        ),
     ] = None
     from_slot: Annotated[str | None, Field(alias="fromSlot")] = None
     to_slot: Annotated[str | None, Field(alias="toSlot")] = None

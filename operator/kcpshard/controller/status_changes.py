@@ -15,7 +15,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.models import RolloutStatus, RollReport
 from kcpshard.k8s.status import StatusFn
 from kcpshard.roll.actions import Advance, Flip, Record, Restore, Step
-from kcpshard.roll.report import LEAVE_STAMP
+from kcpshard.roll.report import LEAVE_STAMP, REASSERT_CONDITION
 
 # (status, reason, message) of one kstatus condition.
 Triple = tuple[cond.Status, str, str]
@@ -201,8 +201,15 @@ def finish(
         status["lastRoll"] = dump(report)
         if rollout.restoring:
             status["failedRoll"] = dump(report)
-        elif not rollout.recovery:
-            status.pop("failedRoll", None)  # a roll that succeeded; a recovery proves nothing new
+        elif not (rollout.recovery or rollout.reassert_token):
+            status.pop(
+                "failedRoll", None
+            )  # a roll that succeeded; a recovery or re-assert proves nothing new
+        if not rollout.restoring and cond.find(status.get("conditions"), REASSERT_CONDITION):
+            # Any kcp that started and served since has bootstrapped the store with its own version.
+            status["conditions"] = cond.set_condition(
+                status["conditions"], REASSERT_CONDITION, "False", "Reasserted", report.message
+            )
         status["observedGeneration"] = rollout.target_generation or generation
         if status.get("front"):
             status["front"].pop("drain", None)
@@ -219,14 +226,21 @@ def end_roll(
     message: str,
     reconciling: str,
     put_back: Record | None = None,
+    *,
+    reassert: str | None = None,
 ) -> StatusFn:
-    """A roll that did not succeed: its report, and Stalled with what serves and what to do."""
+    """A roll that did not succeed: its report, and Stalled with what serves and what to do; after an
+    aborted upgrade whose kcp started, BootstrapReassertNeeded=True with the command that re-asserts."""
 
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         if not status.get("rollout"):
             return None
         if put_back is not None:
             _put_back(status, put_back)
+        if reassert is not None:
+            status["conditions"] = cond.set_condition(
+                status.get("conditions"), REASSERT_CONDITION, "True", "UpgradeAborted", reassert
+            )
         status.pop("rollout", None)
         status["lastRoll"] = status["failedRoll"] = dump(report)
         status["observedGeneration"] = rollout.target_generation or generation

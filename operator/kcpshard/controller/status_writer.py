@@ -32,7 +32,13 @@ from kcpshard.roll.actions import (
     StartRoll,
 )
 from kcpshard.roll.observed import Observed, Seen
-from kcpshard.roll.report import finished_report, roll_report, stall_message
+from kcpshard.roll.report import (
+    REASSERT_CONDITION,
+    finished_report,
+    reassert_needed,
+    roll_report,
+    stall_message,
+)
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 # Posts one Event about the object: (body, reason, message, warning). kopf's by default.
@@ -188,8 +194,13 @@ class StatusWriter:
         report = roll_report(rollout, result, why, reason=reason, timestamps=stamps)
         message = stall_message(report, *serving, self.name)
         put_back = abort.put_back if abort is not None else None
-        change = changes.end_roll(rollout, report, obs.generation, reason, message, reconciling, put_back)
+        reassert = reassert_needed(rollout, result, self.name)
+        change = changes.end_roll(
+            rollout, report, obs.generation, reason, message, reconciling, put_back, reassert=reassert
+        )
         await self._mutate(change)
+        if reassert is not None:
+            self.event(obs, REASSERT_CONDITION, reassert, warning=True)
         metrics.roll_finished(self.namespace, self.name, report.result, {})
         metrics.stalled(self.namespace, self.name, True)
         self.event(obs, reason, message, warning=True)

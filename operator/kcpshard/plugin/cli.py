@@ -96,6 +96,11 @@ def parser() -> argparse.ArgumentParser:
         ("promote", "let a roll that waits for promotion go on (sets kcpshard.dev/promote)"),
         ("abort", "stop a roll before its flip; the old slot keeps serving (sets kcpshard.dev/abort)"),
         ("retry", "roll a stalled spec once more (sets kcpshard.dev/retry)"),
+        (
+            "reassert",
+            "roll the serving revision once more, so its kcp re-asserts its bootstrap after an aborted "
+            "upgrade (sets kcpshard.dev/reassert)",
+        ),
     ):
         command(verb, what).add_argument("name", metavar="NAME")
 

@@ -10,7 +10,7 @@ from importlib import metadata
 from typing import Any, TextIO
 
 from kcpshard.api import conditions as cond
-from kcpshard.api.annotations import ABORT, PROMOTE, RETRY
+from kcpshard.api.annotations import ABORT, PROMOTE, REASSERT, RETRY
 from kcpshard.api.models import API_VERSION
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, Conflict
 from kcpshard.k8s.builders import LABEL_SHARD
@@ -155,10 +155,20 @@ def check_retry(shard: dict[str, Any]) -> None:
         raise Refused(f"kcpshard {name} is not stalled: nothing to retry")
 
 
+def check_reassert(shard: dict[str, Any]) -> None:
+    name = shard["metadata"]["name"]
+    status = shard.get("status") or {}
+    if status.get("rollout"):
+        raise Refused(f"kcpshard {name} is rolling (step {status['rollout'].get('step')}): let it end first")
+    if not status.get("activeSlot"):
+        raise Refused(f"kcpshard {name} serves nothing yet: nothing to re-assert")
+
+
 STEERING: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "promote": (PROMOTE, check_promote),
     "abort": (ABORT, check_abort),
     "retry": (RETRY, check_retry),
+    "reassert": (REASSERT, check_reassert),
 }
 
 

@@ -136,6 +136,12 @@ class StartRoll(Action):
                 f"slot {rollout.from_slot} (revision {rollout.from_revision}) stopped while serving; "
                 f"starting its revision again on slot {rollout.to_slot}"
             )
+        elif rollout.reassert_token:
+            what = (
+                f"rolling the serving revision {rollout.from_revision} once more, from slot "
+                f"{rollout.from_slot} to slot {rollout.to_slot}, so its kcp re-asserts its bootstrap objects "
+                "(kubectl kcpshard reassert)"
+            )
         elif rollout.from_slot and rollout.shape is Shape.SINGLE:
             what = (
                 f"rolling slot {rollout.from_slot} ({rollout.from_revision}) in place, Single shape: "

@@ -136,6 +136,7 @@ class Seen:
     generation: int = 1
     status: KcpShardStatus = field(default_factory=KcpShardStatus)
     retry_token: str | None = None
+    reassert_token: str | None = None  # the kcpshard.dev/reassert annotation
     # The object as read: owner references and Events name it (never written back).
     shard: Mapping[str, Any] = field(default_factory=dict, repr=False)
 

@@ -345,6 +345,27 @@ def _unsafe_side_by_side(obs: Observed) -> str | None:
     )
 
 
+def _reassert(obs: Observed, active: SlotName | None) -> Action | None:
+    """`kubectl kcpshard reassert`: roll the serving revision once more (blue/green, to the other slot),
+    so its kcp re-asserts its bootstrap over what an aborted upgrade's kcp wrote. Once per annotation
+    value: the report records it, whatever the roll's result."""
+    status = obs.status
+    token = obs.reassert_token
+    if not token or active is None or not status.active_revision or not status.active_spec:
+        return None
+    if token in {r.reassert_token for r in (status.last_roll, status.failed_roll) if r is not None}:
+        return None
+    rollout = _rollout(
+        obs,
+        step=Step.STARTING,
+        to_slot=active.other(),
+        revision=status.active_revision,
+        target_spec=status.active_spec,
+        shape=Shape.BLUE_GREEN,
+    )
+    return _start_roll(obs, rollout.model_copy(update={"reassert_token": token}))
+
+
 def _start(obs: Observed) -> Action:
     status = obs.status
     active = SlotName(status.active_slot) if status.active_slot else None
@@ -374,6 +395,9 @@ def _start(obs: Observed) -> Action:
                 recovery=True,
             )
             return _start_roll(obs, recovery, recovery=True)
+    reassert = _reassert(obs, active)
+    if reassert is not None:
+        return reassert
     problems = invalid(obs)
     if problems:
         return Stall(reason="InvalidSpec", message="; ".join(problems))

@@ -81,6 +81,7 @@ def roll_report(rollout: RolloutStatus, result: str, message: str, **extra: Any)
         shape=rollout.shape,
         backup=rollout.backup,
         retryToken=rollout.retry_token,
+        reassertToken=rollout.reassert_token,
         recovery=rollout.recovery,
         message=message,
         **extra,
@@ -116,6 +117,29 @@ def retry_hint(name: str) -> str:
     return (
         f"change the spec, or retry with: kubectl annotate kcpshard {name} "
         f"{RETRY_ANNOTATION}=$(date +%s) --overwrite"
+    )
+
+
+REASSERT_CONDITION = "BootstrapReassertNeeded"
+
+
+def reassert_needed(rollout: RolloutStatus, result: str, name: str) -> str | None:
+    """After an aborted version upgrade whose new kcp had started: why the serving kcp should re-assert
+    its bootstrap (DESIGN.md section 4), and the one command that does it; None when nothing to do.
+
+    Only an abort leaves it to the user: the old kcp served throughout and never bootstrapped again. A
+    Single roll that rolled back started the old kcp again, which re-asserted its bootstrap by itself.
+    """
+    target = ((rollout.target_spec or {}).get("kcp") or {}).get("version")
+    serving = rollout.from_version
+    if result != "Aborted" or not serving or not target or serving == target:
+        return None
+    if "slotStarting" not in rollout.timestamps:
+        return None  # the new kcp never ran: it wrote nothing
+    return (
+        f"kcp {target} started during the aborted upgrade from {serving} and may have written its "
+        f"bootstrap objects to the store while kcp {serving} serves: run `kubectl kcpshard reassert {name}` "
+        f"to roll the serving revision once more so kcp {serving} re-asserts its own (or roll on to {target})"
     )
 
 

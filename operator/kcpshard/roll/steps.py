@@ -275,4 +275,9 @@ def retiring(rollout: RolloutStatus, old: SlotView | None) -> Action:
         return remove(old, "retired after the roll")
     if rollout.restoring:
         return Finish(f"slot {rollout.to_slot} serves the old revision {rollout.from_revision} again")
+    if rollout.reassert_token:
+        return Finish(
+            f"slot {rollout.to_slot} serves revision {rollout.target_revision}; "
+            "its kcp re-asserted its bootstrap"
+        )
     return Finish(f"slot {rollout.to_slot} serves revision {rollout.target_revision}")
