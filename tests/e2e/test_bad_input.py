@@ -228,6 +228,27 @@ async def test_a_copied_manifest_on_the_same_store_stalls_and_the_first_keeps_se
         assert len(scenario.kcp_processes(Path(stack.info.sandbox))) == 1  # only the first's
 
 
+async def test_moving_a_serving_shard_to_another_node_is_refused_and_it_keeps_serving(tmp_path: Path) -> None:
+    """spec.node is immutable (a CEL transition rule): a move would drop every client."""
+    kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
+    port = free_port()
+    async with running_stack(tmp_path / "stack") as stack:
+        manifest = _manifest(stack, "first", port, kcp=kcp)
+        code, output = _apply(stack, tmp_path, manifest)
+        assert code == 0, output
+        await scenario.wait_ready(stack, "first")
+        async with scenario.traffic(stack, port, name="first") as load:
+            moved = {**manifest, "spec": {**manifest["spec"], "node": "other-node"}}
+            code, output = _apply(stack, tmp_path, moved)
+            await scenario.more_requests(load)
+        assert code != 0, output
+        assert "spec.node cannot change" in output and "delete this KcpShard" in output, output
+        shard = await stack.shard("first")
+        assert shard["spec"]["node"] == manifest["spec"]["node"]
+        assert shard["metadata"]["generation"] == 1
+        assert load.report.failed == 0, load.report.failures
+
+
 # ----- judged on the node ------------------------------------------------------------------------
 
 

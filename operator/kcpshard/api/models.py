@@ -178,7 +178,20 @@ class KcpShardSpec(Model):
         Field(
             pattern=DNS_SUBDOMAIN_PATTERN,
             max_length=253,
-            description="Node that runs the slots and the front.",
+            description="Node that runs the slots and the front. It cannot change: to move a shard, delete "
+            "it and create it again on the new node (a planned outage).",
+            # Make-before-break across nodes would need two fronts on two addresses, which clients do not
+            # follow; so a move is refused at admission instead of dropping every client mid-flight.
+            json_schema_extra={
+                "x-kubernetes-validations": [
+                    {
+                        "rule": "self == oldSelf",
+                        "message": "spec.node cannot change: the shard's front and slots run on that node, and "
+                        "moving them in place drops every client. To move the shard, delete this KcpShard "
+                        "and create it again with the new node (a planned outage).",
+                    }
+                ]
+            },
         ),
     ]
     store: StoreSpec
