@@ -186,9 +186,9 @@ class KcpShardSpec(Model):
                 "x-kubernetes-validations": [
                     {
                         "rule": "self == oldSelf",
-                        "message": "spec.node cannot change: the shard's front and slots run on that node, and "
-                        "moving them in place drops every client. To move the shard, delete this KcpShard "
-                        "and create it again with the new node (a planned outage).",
+                        "message": "spec.node cannot change: the shard's front and slots run on that node, "
+                        "and moving them in place drops every client. To move the shard, delete this "
+                        "KcpShard and create it again with the new node (a planned outage).",
                     }
                 ]
             },
