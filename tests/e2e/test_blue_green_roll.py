@@ -14,6 +14,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import JOBS, KCPSHARDS, KCPSLOTS, NotFound
 from kcpshard.kcp.client import KcpClient
+from kcpshard.testing import scenario
 from kcpshard.testing.load import KubeStyleLoad
 from kcpshard.testing.stack import Stack, processes_under, running_stack, shard_manifest
 from kcpshard.testing.tcp import free_port
@@ -55,6 +56,11 @@ async def test_blue_green_roll_loses_no_request(tmp_path: Path) -> None:
         old_slot = await stack.api.get(KCPSLOTS, "default", "root-a")
         old_pid = old_slot["status"]["pid"]
         os.kill(old_pid, 0)  # the old kcp runs
+        # `kubectl logs job/...`, as the operator's messages name it, reads the slot's host agent and kcp.
+        (job,) = await scenario.slot_jobs(stack)
+        logs = stack.kubectl("logs", f"job/{job}", check=False)
+        assert logs.returncode == 0, logs.stderr
+        assert f"kcp started, pid {old_pid}" in logs.stdout, logs.stdout[-2000:]
 
         load = KubeStyleLoad(front, admin.token, admin.ca_pem)
         await load.start()

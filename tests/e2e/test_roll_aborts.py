@@ -132,3 +132,7 @@ async def test_front_that_does_not_confirm_the_flip_restores_the_record(tmp_path
             await scenario.wait_for("the front on slot a", front_on_a, timeout=30)
             await scenario.more_requests(load)
             assert load.report.failed == 0, load.report.failures
+        # The command the message names works, through the API server and the node's log endpoint.
+        logs = stack.kubectl("logs", "deployment/root-front", check=False)
+        assert logs.returncode == 0, logs.stderr
+        assert "new connections now go to slot a" in logs.stdout, logs.stdout[-2000:]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import textwrap
 from collections.abc import AsyncIterator
@@ -17,6 +18,7 @@ import pytest
 
 from kcpshard.k8s.api import PODS, ApiClient, ApiError, ResourceRef
 from kcpshard.testing.controlplane import ControlPlane
+from kcpshard.testing.devenv import kubectl_binary
 from kcpshard.testing.identity import SERVICEACCOUNTS
 from kcpshard.testing.runner import WorkloadRunner
 from kcpshard.testing.runner.kubelet import LEASE_NAMESPACE, NODE_LEASES, NODES
@@ -37,6 +39,7 @@ class Kubelet:
     api: ApiClient
     runner: WorkloadRunner
     sandbox: Path
+    kubeconfig: Path  # the admin's
 
 
 @pytest.fixture
@@ -49,7 +52,7 @@ async def kubelet(tmp_path: Path) -> AsyncIterator[Kubelet]:
         task = asyncio.create_task(runner.run())
         try:
             await asyncio.wait_for(runner.ready.wait(), 30)
-            yield Kubelet(api, runner, tmp_path / "sandbox")
+            yield Kubelet(api, runner, tmp_path / "sandbox", Path(plane.admin_kubeconfig))
         finally:
             await runner.stop()
             task.cancel()
@@ -210,3 +213,38 @@ async def test_no_token_for_a_pod_without_an_account_to_act_as(
     folder = pod_dir(kubelet.sandbox, created)
     assert "KUBECONFIG=unset" in (folder / "main.log").read_text()
     assert not (folder / "serviceaccount").exists()
+
+
+async def test_kubectl_logs_reads_a_pods_output_through_the_api_server(kubelet: Kubelet) -> None:
+    """The API server asks the runner's kubelet endpoint, as it asks a kubelet (`kubectl logs`)."""
+    script = "import sys, time\nfor i in range(5): print(f'line {i}', flush=True)\ntime.sleep(600)"
+    await kubelet.api.create(PODS, NS, pod("talker", script))
+
+    async def running() -> dict[str, Any] | None:
+        got = await kubelet.api.get(PODS, NS, "talker")
+        return got if (got.get("status") or {}).get("phase") == "Running" else None
+
+    await wait_for("pod talker running", running, timeout=60)
+
+    async def kubectl_logs(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            kubectl_binary(),
+            "logs",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": str(kubelet.kubeconfig)},
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=30)
+        return proc.returncode or 0, out.decode()
+
+    async def all_lines() -> str | None:
+        code, out = await kubectl_logs("talker", "-n", NS)
+        return out if code == 0 and "line 4" in out else None
+
+    out = await wait_for("kubectl logs to show every line", all_lines, timeout=30)
+    assert out.splitlines() == [f"line {i}" for i in range(5)], out
+    code, out = await kubectl_logs("talker", "-n", NS, "--tail=2")
+    assert (code, out.splitlines()) == (0, ["line 3", "line 4"]), out
+    code, out = await kubectl_logs("nobody", "-n", NS)
+    assert code != 0 and 'pods "nobody" not found' in out, out

@@ -164,6 +164,8 @@ class ControlPlane:
             f"--service-account-key-file={self.sa_key_path}",
             f"--service-account-signing-key-file={self.sa_key_path}",
             "--authorization-mode=Node,RBAC",
+            # `kubectl logs` is proxied to the node's kubelet endpoint: the runner's, on its InternalIP.
+            "--kubelet-preferred-address-types=InternalIP",
             "--disable-admission-plugins=ServiceAccount",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--allow-privileged=true",

@@ -32,7 +32,10 @@ Known differences from a real API server (also in the lead's report):
   no field ownership or conflicts.
 - `Foreground` propagation behaves as `Background`; GC is synchronous. batch/v1 Jobs orphan their Pods
   unless the DELETE asks for `propagationPolicy: Background` (as the real server does).
-- CEL (`x-kubernetes-validations`), conversion webhooks, admission webhooks, RBAC: not implemented.
+- CEL (`x-kubernetes-validations`, so `spec.node`'s immutability), conversion webhooks, admission
+  webhooks, RBAC: not implemented.
+- `pods/log` is not served: `kubectl logs` works on the real control plane, which asks the runner's
+  kubelet endpoint (testing/runner/logserver.py).
 - `limit`/`continue` are ignored (lists return everything, no continue token).
 """
 

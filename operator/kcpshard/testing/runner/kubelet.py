@@ -53,7 +53,7 @@ def _arch() -> str:
     return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
-def node_object(name: str) -> dict[str, Any]:
+def node_object(name: str, kubelet_port: int = 0) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -66,14 +66,16 @@ def node_object(name: str) -> dict[str, Any]:
             },
         },
         "spec": {},
-        "status": node_status(),
+        "status": node_status(kubelet_port),
     }
 
 
-def node_status() -> dict[str, Any]:
+def node_status(kubelet_port: int = 0) -> dict[str, Any]:
+    """The Node's status; `kubelet_port` is where its container logs are served (0: nowhere)."""
     now = timestamp()
     resources = {"cpu": str(os.cpu_count() or 1), "memory": _memory(), "pods": "110"}
     return {
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
         "conditions": [
             {
                 "type": "Ready",
@@ -123,15 +125,17 @@ class NodeAgent:
         self.name = name
         self.heartbeat = heartbeat
         self.node_uid = ""
+        self.kubelet_port = 0  # the LogServer's, set before register()
 
     async def register(self) -> None:
         try:
-            node = await self.api.create(NODES, None, node_object(self.name))
+            node = await self.api.create(NODES, None, node_object(self.name, self.kubelet_port))
         except Conflict:  # registered before (a restarted runner)
             node = await self.api.get(NODES, None, self.name)
         self.node_uid = str(node["metadata"]["uid"])
         # The create may keep or drop the status; writing it through the subresource is certain.
-        await self.api.patch(NODES, None, self.name, {"status": node_status()}, subresource="status")
+        status = node_status(self.kubelet_port)
+        await self.api.patch(NODES, None, self.name, {"status": status}, subresource="status")
         await self.renew()
 
     async def renew(self) -> None:

@@ -30,6 +30,7 @@ from kcpshard.k8s.api import DEPLOYMENTS, JOBS, PODS, ApiClient, ApiError, NotFo
 from kcpshard.testing.runner.deployments import plan_deployment
 from kcpshard.testing.runner.jobstatus import plan_job
 from kcpshard.testing.runner.kubelet import HEARTBEAT_SECONDS, NodeAgent, PodIdentity
+from kcpshard.testing.runner.logserver import LogServer
 from kcpshard.testing.runner.pod import PodWorker, grace_of
 from kcpshard.testing.runner.templates import controller_uid, pod_from_deployment, pod_from_job
 
@@ -102,6 +103,8 @@ class WorkloadRunner:
         self.kubelet_only = kubelet_only
         self.node = NodeAgent(api, node_name, heartbeat) if kubelet_only else None
         self.identity = PodIdentity(api) if kubelet_only else None
+        # `kubectl logs` through the real API server asks the node for them (the emulated one does not).
+        self.logs = LogServer(Path(sandbox), self._runs) if kubelet_only else None
         self.ready = asyncio.Event()  # the node is registered and the first pod list is in
         self.sandbox = Path(sandbox)
         self.node_name = node_name
@@ -129,6 +132,8 @@ class WorkloadRunner:
         watchers: list[asyncio.Task[None]] = []
         try:
             if self.node is not None:
+                if self.logs is not None:
+                    self.node.kubelet_port = await self.logs.start()
                 await self.node.register()
                 bound = f"spec.nodeName={self.node_name}"
                 watchers = [
@@ -157,6 +162,15 @@ class WorkloadRunner:
         self.ready.set()
         await asyncio.Event().wait()  # a watcher like the others: it ends when they are cancelled
 
+    def _runs(self, namespace: str, name: str) -> bool:
+        """A pod of that name runs here now (its worker has not ended)."""
+        for uid, worker in self.workers.items():
+            meta = worker.pod.get("metadata") or {}
+            task = self._worker_tasks.get(uid)
+            if (meta.get("namespace"), meta.get("name")) == (namespace, name) and task and not task.done():
+                return True
+        return False
+
     async def stop(self) -> None:
         """Ask ``run`` to stop and wait until every process is gone."""
         self._stop.set()
@@ -180,6 +194,8 @@ class WorkloadRunner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         finally:
+            if self.logs is not None:
+                await self.logs.stop()
             self._done.set()
 
     # --- watches -----------------------------------------------------------------------------------
