@@ -151,3 +151,45 @@ async def test_active_slot_agent_killed_starts_its_revision_on_the_other_slot(tm
             lease = await client.get_lease()
         assert lease is not None
         assert lease["spec"]["holderIdentity"] == new_slot["status"]["holderIdentity"]
+
+
+async def test_serving_slots_job_deleted_is_replaced_while_its_kcp_still_serves(tmp_path: Path) -> None:
+    """The replacement starts at once, not once the deleted slot's kcp has run out its shutdown delay."""
+    bin_dir = tmp_path / "bin"
+    async with running_stack(tmp_path / "stack") as stack:
+        port = await scenario.create_shard(
+            stack,
+            kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **scenario.FAST)},
+            shutdownDelaySeconds=10,
+            roll={"probeTimeoutSeconds": 30},
+        )
+        first = await scenario.wait_ready(stack)
+        _, kcp = await _agent_and_kcp(stack, "root-a")
+        (job,) = await scenario.slot_jobs(stack)
+        async with scenario.traffic(stack, port) as load:
+            deleted = stack.kubectl("delete", "job", job, "--wait=false")
+            assert deleted.returncode == 0, deleted.stderr
+
+            async def recovering() -> dict[str, Any] | None:
+                rollout = ((await stack.shard("root")).get("status") or {}).get("rollout") or {}
+                return rollout if rollout.get("recovery") else None
+
+            rollout = await scenario.wait_for("a recovery roll", recovering, timeout=30)
+            still_serving = Path(f"/proc/{kcp}").exists()  # its shutdown delay has 10 s to run
+
+            async def recovered() -> dict[str, Any] | None:
+                shard = await stack.shard("root")
+                status = shard.get("status") or {}
+                last = status.get("lastRoll") or {}
+                done = not status.get("rollout") and last.get("toSlot") == "b" and last.get("recovery")
+                return shard if done else None
+
+            shard = await scenario.wait_for("the recovery roll to end", recovered, timeout=120)
+            await scenario.more_requests(load)
+        print("serving slot's Job deleted:", load.report.summary(), shard["status"]["lastRoll"]["durations"])
+        assert (rollout["fromSlot"], rollout["toSlot"]) == ("a", "b")
+        assert still_serving, "the recovery waited for the deleted slot's kcp to exit"
+        assert shard["status"]["lastRoll"]["result"] == "Succeeded"
+        assert shard["status"]["activeRevision"] == first["status"]["activeRevision"]
+        await scenario.wait_settled(stack)
+        assert await scenario.slot_names(stack) == ["root-b"]

@@ -339,8 +339,23 @@ def test_a_succeeded_last_roll_never_blocks() -> None:
         slot(A, "old", job=plan.JobView(name="job-a", failed=1)),
         slot(A, "old", job=plan.JobView(name="job-a", succeeded=1)),
         slot(A, "old", job=None),
+        # Deleted while its kcp still runs out its shutdown delay: replaced at once, not once it exits.
+        slot(A, "old", job=None, pods=("pod-a",)),
+        slot(A, "old", deleting=True, pods=("pod-a",)),
+        slot(A, "old", job=plan.JobView(name="job-a", active=1, deleting=True), pods=("pod-a",)),
+        slot(A, "old", job=plan.JobView(name="job-a", failed=1), pods=("pod-a",)),
     ],
-    ids=["missing", "exited", "job-failed", "job-succeeded", "no-job-no-pod"],
+    ids=[
+        "missing",
+        "exited",
+        "job-failed",
+        "job-succeeded",
+        "no-job-no-pod",
+        "job-deleted",
+        "slot-deleting",
+        "job-deleting",
+        "job-failed-pod-runs",
+    ],
 )
 def test_dead_serving_slot_is_started_again_on_the_other_slot(dead: plan.SlotView | None) -> None:
     status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
@@ -365,16 +380,8 @@ def test_recovery_comes_before_every_stall() -> None:
     assert action.rollout.to_slot == "b"
 
 
-@pytest.mark.parametrize(
-    "alive",
-    [
-        slot(A, REV, job=None, pods=("pod-1",)),
-        slot(A, REV, job=plan.JobView(name="job-a", active=1, deleting=True), pods=("pod-1",)),
-        slot(A, REV, job=plan.JobView(name="job-a", failed=1), pods=("pod-1",)),
-    ],
-    ids=["job-gone-pod-runs", "job-deleting", "job-failed-pod-runs"],
-)
-def test_serving_slot_with_a_live_pod_is_not_recovered(alive: plan.SlotView) -> None:
+def test_a_serving_slot_whose_job_and_pod_run_is_steady() -> None:
+    alive = slot(A, REV, job=plan.JobView(name="job-a", active=1), pods=("pod-1",))
     assert isinstance(next_of(KcpShardStatus(active_slot="a", active_revision=REV), alive), plan.Steady)
 
 

@@ -77,6 +77,12 @@ class SlotView:
         job_done = self.job is None or self.job.finished
         return job_done and self.live_pods == 0
 
+    @property
+    def lost(self) -> bool:
+        """A serving slot that will not serve on: its process ended, or its KcpSlot or Job was deleted
+        (its kcp may still run out its shutdown delay, but nothing brings it back)."""
+        return self.gone or self.deleting or self.job is None or self.job.deleting or self.job.finished
+
 
 @dataclass(frozen=True)
 class BackupView:

@@ -371,7 +371,9 @@ def _start(obs: Observed) -> Action:
     active = SlotName(status.active_slot) if status.active_slot else None
     if active is not None and status.active_revision:
         view = obs.slots.get(active)
-        if view is None or view.gone:
+        # Lost, not only gone: the replacement starts at once, while a deleted slot's kcp still runs out
+        # its shutdown delay (and serves), so the outage shrinks to what is left of that delay, or none.
+        if view is None or view.lost:
             last = obs.status.last_roll
             if (
                 last is not None
