@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from kcpshard.testing.apiserver.errors import invalid
-from kcpshard.testing.apiserver.schema import apply_defaults, prune, unknown_fields, validate
+from kcpshard.testing.apiserver.schema import apply_defaults, cel_skipped, prune, unknown_fields, validate
 
 WIDGETS = Path(__file__).parent.parent / "process" / "fixtures" / "widgets.yaml"
 SCHEMA: dict[str, Any] = yaml.safe_load(WIDGETS.read_text())["spec"]["versions"][0]["schema"][
@@ -153,3 +153,18 @@ def test_pattern(pattern_value: str) -> None:
         'spec.v: Invalid value: "1.2": spec.v in body should match '
         "'^v[0-9]+\\.[0-9]+\\.[0-9]+(-[0-9A-Za-z.-]+)?$'"
     )
+
+
+def test_a_schema_with_cel_rules_says_they_were_not_checked_after_a_blocking_error() -> None:
+    with_rules = {**SCHEMA, "x-kubernetes-validations": [{"rule": "self == oldSelf"}]}
+    causes = cel_skipped(validate(widget(size=1, color="green"), with_rules), with_rules)
+    assert [c.render() for c in causes] == [
+        'spec.color: Unsupported value: "green": supported values: "red", "blue"',
+        "<nil>: Invalid value: null: some validation rules were not checked because the object was "
+        "invalid; correct the existing errors to complete validation",
+    ]
+    # no rules, or no blocking error: nothing added
+    assert cel_skipped(validate(widget(size=1, color="green"), SCHEMA), SCHEMA) == validate(
+        widget(size=1, color="green"), SCHEMA
+    )
+    assert cel_skipped([], with_rules) == []

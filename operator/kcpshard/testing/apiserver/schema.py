@@ -4,7 +4,8 @@ Imitates k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning/algorithm.g
 .../schema/defaulting/algorithm.go (apply `default`), and .../apiserver/validation/validation.go, which
 turns kube-openapi's validate errors into field.ErrorList; messages are worded as
 k8s.io/apimachinery/pkg/util/validation/field/errors.go renders them. `x-kubernetes-validations` (CEL)
-is not evaluated.
+is not evaluated; a schema that has rules only adds the error the real server adds when a blocking
+schema error stops it from evaluating them (`cel_skipped`).
 """
 
 from __future__ import annotations
@@ -264,6 +265,39 @@ def validate(obj: Any, schema: dict[str, Any] | None, path: str = "") -> list[Ca
     if schema.get("oneOf") and sum(not validate(obj, sub, path) for sub in schema["oneOf"]) != 1:
         invalid("must validate one and only one schema (oneOf)")
     return errors
+
+
+# apiextensions-apiserver/pkg/registry/customresource/strategy.go, hasBlockingErr: these error types
+# stop CEL rules from running, and the server says so with one more error on no field.
+_BLOCKING = {
+    "FieldValueNotSupported",
+    "FieldValueRequired",
+    "FieldValueTooLong",
+    "FieldValueTooMany",
+    "FieldValueTypeInvalid",
+}
+CEL_SKIPPED = Cause(
+    "FieldValueInvalid",
+    "Invalid value: null: some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation",
+    "<nil>",
+)
+
+
+def has_cel_rules(schema: Any) -> bool:
+    """True when any level of the schema carries `x-kubernetes-validations`."""
+    if isinstance(schema, dict):
+        return bool(schema.get("x-kubernetes-validations")) or any(has_cel_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(has_cel_rules(v) for v in schema)
+    return False
+
+
+def cel_skipped(causes: list[Cause], schema: dict[str, Any] | None) -> list[Cause]:
+    """The causes plus the real server's note when its CEL rules could not run."""
+    if has_cel_rules(schema) and any(c.reason in _BLOCKING for c in causes):
+        return [*causes, CEL_SKIPPED]
+    return causes
 
 
 def unknown_fields(obj: Any, schema: dict[str, Any] | None) -> list[str]:

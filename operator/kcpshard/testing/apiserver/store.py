@@ -290,7 +290,7 @@ class Store:
             warnings.extend(f'unknown field "{u.lstrip(".")}"' for u in unknown)
         schema.prune(obj, rt.schema)
         schema.apply_defaults(obj, rt.schema)
-        causes = schema.validate(obj, rt.schema)
+        causes = schema.cel_skipped(schema.validate(obj, rt.schema), rt.schema)
         if causes:
             raise invalid(rt.kind, rt.group, obj["metadata"].get("name", ""), causes)
 
