@@ -121,3 +121,41 @@ async def test_a_slot_the_roll_did_not_start_is_never_adopted(tmp_path: Path) ->
         assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # both the stray and the old kcp ended
         assert shard["status"]["lastRoll"]["result"] == "Succeeded"
         assert load.report.failed == 0, load.report.failures
+
+
+async def test_operator_restarted_in_the_same_pod_takes_its_lease_back_at_once(tmp_path: Path) -> None:
+    """The container restarts in its pod (same POD_NAME): the per-shard Lease, valid for an hour, names
+    the killed run, and the new run takes it at once instead of waiting it out."""
+    from kcpshard.controller.shardlock import lease_name
+    from kcpshard.k8s.api import LEASES
+
+    bin_dir = tmp_path / "bin"
+    hour = ("--shard-lease-seconds", "3600")
+    pod = {"POD_NAME": "kcpshard-operator-7f9c-x2k4p"}
+    async with running_stack(tmp_path / "stack", operator=False) as stack:
+        async with stack.fault_proxy(tmp_path / "proxy") as proxy:
+            first = stack.start_operator(
+                *hour, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log", env=pod
+            )
+            port, _ = await scenario.serving_shard(stack, bin_dir)
+            async with scenario.traffic(stack, port) as load:
+                proxy.arm(
+                    status_step_is("root", Step.WAITING_READY.value),
+                    lambda: os.killpg(first.popen.pid, signal.SIGKILL),
+                )
+                spec = {"kcp": {"binary": make_kcp(bin_dir, "kcp-2", **FAST)}}
+                await stack.api.patch(KCPSHARDS, "default", "root", {"spec": spec})
+                await asyncio.wait_for(proxy.fired.wait(), timeout=90)
+                assert first.popen.wait(timeout=10) == -signal.SIGKILL
+                killed = (await stack.api.get(LEASES, "default", lease_name("root")))["spec"]
+                stack.start_operator(*hour, log="operator-2.log", env=pod)
+                # Far less than the hour the killed run's Lease is still valid for.
+                shard = await scenario.wait_ready(stack, timeout=150)
+                await scenario.wait_settled(stack)
+                await scenario.more_requests(load)
+        taken = (await stack.api.get(LEASES, "default", lease_name("root")))["spec"]
+        assert killed["holderIdentity"].startswith(pod["POD_NAME"] + "_")
+        assert taken["holderIdentity"].startswith(pod["POD_NAME"] + "_")
+        assert taken["holderIdentity"] != killed["holderIdentity"]  # a new run, not the killed one renewing
+        assert shard["status"]["lastRoll"]["result"] == "Succeeded"
+        assert load.report.failed == 0, load.report.failures

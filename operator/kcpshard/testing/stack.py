@@ -72,10 +72,14 @@ class Stack:
     operator: Process | None = None
 
     def start_operator(
-        self, *extra: str, kubeconfig: str | None = None, log: str = "operator.log"
+        self,
+        *extra: str,
+        kubeconfig: str | None = None,
+        log: str = "operator.log",
+        env: dict[str, str] | None = None,
     ) -> Process:
         """The operator as a subprocess (its own process group), as its ServiceAccount; `kubeconfig` e.g.
-        through a FaultProxy."""
+        through a FaultProxy; `env` e.g. POD_NAME, as the Deployment sets it."""
         self.operator = start_process(
             "operator",
             [
@@ -88,7 +92,7 @@ class Stack:
                 *extra,
             ],
             self.directory / log,
-            env={"KUBECONFIG": kubeconfig or self.info.operator_kubeconfig},
+            env={"KUBECONFIG": kubeconfig or self.info.operator_kubeconfig, **(env or {})},
         )
         return self.operator
 
