@@ -168,6 +168,17 @@ async def test_flip_writes_the_record_and_the_desired_backend_together() -> None
     assert events.reasons == ["Flip"]
 
 
+async def test_a_promoted_roll_is_progressing_again_once_it_flips() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = during(api, rollout(Step.FLIPPING))
+    await w.hold(obs, "WaitingForPromotion", "slot b is ready")
+    assert condition(api, "Reconciling") == ("True", "WaitingForPromotion")
+    await w.flip(during(api, rollout(Step.FLIPPING)), Flip(SlotName.B, 4321, "new"))
+    assert condition(api, "Reconciling") == ("True", "Progressing")
+    assert condition(api, "Ready") == ("False", "Progressing")
+
+
 async def test_finish_writes_the_report_and_clears_the_roll() -> None:
     api = RecordingApi()
     w, events = writer(api)

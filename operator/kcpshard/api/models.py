@@ -166,6 +166,25 @@ class RollSpec(Model):
             "store (the old kcp may misread what the new one wrote). Prefer shape: Single for such a roll.",
         ),
     ] = False
+    auto_promote: Annotated[
+        bool,
+        Field(
+            alias="autoPromote",
+            description="false: a BlueGreen roll waits once its new slot is ready, before the flip, until "
+            "`kubectl kcpshard promote` (the kcpshard.dev/promote annotation); the old slot serves "
+            "meanwhile.",
+        ),
+    ] = True
+    promotion_deadline_seconds: Annotated[
+        int | None,
+        Field(
+            alias="promotionDeadlineSeconds",
+            ge=1,
+            le=604800,
+            description="With autoPromote: false, a roll not promoted this many seconds after its new slot "
+            "is ready aborts by itself (the old slot serves on). Unset: it waits as long as it takes.",
+        ),
+    ] = None
 
 
 class KcpShardSpec(Model):
@@ -283,6 +302,21 @@ class RolloutStatus(Model):
         Field(
             alias="reassertToken",
             description="The kcpshard.dev/reassert value of a roll of the serving revision it asked for.",
+        ),
+    ] = None
+    promote_token: Annotated[
+        str | None,
+        Field(
+            alias="promoteToken",
+            description="The kcpshard.dev/promote value when the roll started: only another value "
+            "promotes it.",
+        ),
+    ] = None
+    abort_token: Annotated[
+        str | None,
+        Field(
+            alias="abortToken",
+            description="The kcpshard.dev/abort value when the roll started: only another value aborts it.",
         ),
     ] = None
     backup: BackupReport | None = None

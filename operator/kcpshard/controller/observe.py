@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kcpshard.api import conditions as cond
-from kcpshard.api.annotations import REASSERT
+from kcpshard.api.annotations import ABORT, PROMOTE, REASSERT
 from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, SlotName
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import KcpConnect, NoRootMaterial, lease_reading
@@ -80,6 +80,8 @@ class Observer:
             "status": KcpShardStatus.model_validate(body.get("status") or {}),
             "retry_token": (meta.get("annotations") or {}).get(RETRY_ANNOTATION),
             "reassert_token": (meta.get("annotations") or {}).get(REASSERT),
+            "promote_token": (meta.get("annotations") or {}).get(PROMOTE),
+            "abort_token": (meta.get("annotations") or {}).get(ABORT),
             "shard": body,
         }
         if meta.get("deletionTimestamp"):

@@ -165,9 +165,9 @@ def advance(rollout: RolloutStatus, action: Advance, generation: int, at: str) -
     return change
 
 
-def flip(action: Flip) -> StatusFn:
+def flip(action: Flip, generation: int) -> StatusFn:
     """The new active record and the front's desired backend in one write: the record never lags behind
-    what the front is asked to serve."""
+    what the front is asked to serve. A roll that waited for promotion is progressing again."""
 
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         status["activeSlot"] = action.slot.value
@@ -176,7 +176,8 @@ def flip(action: Flip) -> StatusFn:
         front["desiredBackend"] = action.slot.value
         front["desiredPort"] = action.port
         front.pop("drain", None)
-        return status
+        message = f"asked the front to serve slot {action.slot.value} on port {action.port}"
+        return progressing(status, generation, message)
 
     return change
 

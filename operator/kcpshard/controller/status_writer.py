@@ -133,7 +133,7 @@ class StatusWriter:
         self.event(obs, action.step.value, action.message)
 
     async def flip(self, obs: Observed, action: Flip) -> None:
-        await self._mutate(changes.flip(action))
+        await self._mutate(changes.flip(action, obs.generation))
         self.event(obs, "Flip", f"asked the front to serve slot {action.slot.value} on port {action.port}")
 
     async def request_drain(self, obs: Observed, slot: SlotName) -> None:

@@ -17,6 +17,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.k8s.duration import human_duration
 from kcpshard.roll.actions import Step
 from kcpshard.roll.failures import POST_FLIP
+from kcpshard.roll.promotion import WAITING_FOR_PROMOTION
 from kcpshard.roll.report import LEAVE_STAMP
 
 Obj = Mapping[str, Any]
@@ -32,10 +33,6 @@ class Phase(enum.StrEnum):
     PAUSED = "Paused"
     DEGRADED = "Degraded"
     TERMINATING = "Terminating"
-
-
-# A roll waits here for `kubectl kcpshard promote` (the promotion gate sets this Reconciling reason).
-WAITING_FOR_PROMOTION = "WaitingForPromotion"
 
 
 class Mark(enum.Enum):

@@ -104,7 +104,10 @@ class Stall(Because):
 
 @dataclass(frozen=True)
 class Hold(Because):
-    """The next roll waits on something outside this shard: Reconciling=True with the reason, no Stall."""
+    """The roll waits on something outside this shard (its root, a person): Reconciling=True with the
+    reason, no Stall; `until` when it gives up by itself."""
+
+    until: datetime.datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,8 @@ class Seen:
     status: KcpShardStatus = field(default_factory=KcpShardStatus)
     retry_token: str | None = None
     reassert_token: str | None = None  # the kcpshard.dev/reassert annotation
+    promote_token: str | None = None  # the kcpshard.dev/promote annotation
+    abort_token: str | None = None  # the kcpshard.dev/abort annotation
     # The object as read: owner references and Events name it (never written back).
     shard: Mapping[str, Any] = field(default_factory=dict, repr=False)
 

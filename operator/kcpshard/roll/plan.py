@@ -17,7 +17,7 @@ from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName
 from kcpshard.kcp import flags as kcp_flags
 from kcpshard.kcp import versions
 from kcpshard.kcp.errors import VersionError
-from kcpshard.roll import lease, steps
+from kcpshard.roll import lease, promotion, steps
 from kcpshard.roll.actions import (
     RESYNC_SECONDS,
     Abort,
@@ -138,6 +138,9 @@ def next_action(obs: Observed | ShardOnly) -> Action:
             f"slot {rollout.to_slot} stopped{code} after the front moved to it; "
             "the operator starts its revision again on the other slot",
         )
+    aborted = promotion.abort_requested(obs, rollout)
+    if aborted is not None:
+        return aborted
     step = Step(rollout.step)
     if step is Step.BACKING_UP:
         return steps.backing_up(obs, rollout)
@@ -160,12 +163,12 @@ def next_action(obs: Observed | ShardOnly) -> Action:
 
 def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
     """How long the loop waits after `action` (unless woken); None: observe again at once."""
-    if isinstance(action, Wait):
-        if action.until is None or not isinstance(obs, Observed):
+    if isinstance(action, Wait | Hold) and action.until is not None:
+        if not isinstance(obs, Observed):
             return RESYNC_SECONDS
         remaining = (action.until - obs.now).total_seconds()
         return max(min(remaining, RESYNC_SECONDS), 0.05)
-    if isinstance(action, Steady | Stall | Hold | KillSlot):
+    if isinstance(action, Wait | Steady | Stall | Hold | KillSlot):
         return RESYNC_SECONDS
     return None
 
@@ -280,6 +283,9 @@ def _rollout(
         shape=shape,
         target_spec=target_spec,
         retry_token=obs.retry_token,
+        # What the steering annotations say now is not for this roll: only a later value is.
+        promote_token=obs.promote_token,
+        abort_token=obs.abort_token,
         recovery=recovery,
         started_at=now,
         step_started_at=now,

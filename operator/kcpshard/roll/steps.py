@@ -10,7 +10,7 @@ import datetime
 
 from kcpshard.api.models import RolloutStatus, Shape, SlotName
 from kcpshard.kcp.flags import front_url
-from kcpshard.roll import lease
+from kcpshard.roll import lease, promotion
 from kcpshard.roll.actions import (
     PROBE_PREFIX,
     Action,
@@ -173,6 +173,9 @@ def flipping(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Acti
     if front is not None and front.observed_backend == to.name.value and front.observed_port == to.port:
         return flipped(rollout, to.name, to.port)
     if front is None or front.desired_backend != to.name.value or front.desired_port != to.port:
+        gate = promotion.gate(obs, rollout, to.name)
+        if gate is not None:
+            return gate
         return Flip(to.name, to.port, expected_revision(rollout))
     until = deadline(rollout, spec.roll.flip_timeout_seconds)
     if obs.now >= until:
