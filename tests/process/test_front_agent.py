@@ -25,7 +25,9 @@ import pytest
 
 from kcpshard.agent import front as front_module
 from kcpshard.agent.front import FrontAgent
+from kcpshard.agent.haproxy import runtime_socket_path
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
+from kcpshard.testing import scenario
 from kcpshard.testing.apiserver import EmulatedApiServer
 from kcpshard.testing.tcp import Client, Echo, eventually, free_port
 
@@ -203,21 +205,35 @@ async def test_front_agent_restarts_a_dead_haproxy_and_stops_on_sigterm(
     async def serves_b() -> bool:
         return await answer(front_port, "x") == "b:x"
 
-    await eventually(serves_b)
+    async def confirmed() -> bool:  # reported once both processes serve it, as the operator waits for
+        return (await front_status(api)).get("observedBackend") == "b"
 
-    pid = await _haproxy_pid(agent.state_dir / "haproxy.sock")
-    os.kill(pid, signal.SIGKILL)
+    await eventually(confirmed)
+    assert await serves_b()
 
-    # A new HAProxy comes up on the same port with the desired backend applied again.
-    await eventually(serves_b)
-    assert await _haproxy_pid(agent.state_dir / "haproxy.sock") != pid
-    assert "haproxy exited with signal SIGKILL; restarting it" in agent.log()
+    first, second = await _haproxy_pid(agent.state_dir, 0), await _haproxy_pid(agent.state_dir, 1)
+    assert first != second  # two processes share the front port
+    os.kill(first, signal.SIGKILL)
+    await eventually(lambda: holds(scenario.exited(first)))
+    # The other one still listens: every new connection is answered while the first comes back.
+    for n in range(20):
+        assert await answer(front_port, str(n)) == f"b:{n}"
 
-    async def error_cleared() -> bool:
+    async def restarts_reported(count: int) -> bool:
         front = await front_status(api)
-        return "error" not in front and front.get("observedBackend") == "b"
+        return front.get("restarts") == count and "error" not in front and front.get("observedBackend") == "b"
 
-    await eventually(error_cleared)
+    await eventually(lambda: restarts_reported(1))
+    assert (await front_status(api))["lastRestart"].startswith("haproxy-0 exited with signal SIGKILL at ")
+    replaced = await _haproxy_pid(agent.state_dir, 0)
+    assert replaced != first
+    assert "restarting it" in agent.log()
+
+    # Both at once: nothing listens until the agent brings them back, with the desired backend again.
+    os.kill(replaced, signal.SIGKILL)
+    os.kill(second, signal.SIGKILL)
+    await eventually(serves_b)
+    await eventually(lambda: restarts_reported(3))
     assert agent.proc.poll() is None  # the agent itself never exited
 
     agent.proc.send_signal(signal.SIGTERM)
@@ -273,8 +289,8 @@ async def test_front_agent_reports_a_taken_port_and_serves_once_it_is_free(
     assert "Traceback" not in agent.log()
 
 
-async def _haproxy_pid(socket_path: Path) -> int:
-    info = await _runtime(socket_path, "show info")
+async def _haproxy_pid(state_dir: Path, member: int) -> int:
+    info = await _runtime(runtime_socket_path(state_dir / f"haproxy-{member}"), "show info")
     return int(next(line.split(":", 1)[1] for line in info.splitlines() if line.startswith("Pid:")))
 
 
@@ -450,27 +466,43 @@ async def test_agent_reports_observed_at_as_soon_as_haproxy_listens(
 
 
 async def test_agent_reports_a_killed_haproxy_restarts_it_and_clears_the_error(
+    tmp_path: Path, echoes: tuple[Echo, Echo], front_port: int
+) -> None:
+    """One HAProxy process (pair=1): its death leaves nothing listening, and the front says so."""
+    a, _ = echoes
+    stub = StubApi(shard_body(front_port))
+    async with running_agent(stub, tmp_path / "front", pair=1) as agent:
+        stub.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
+        await eventually(lambda: holds(stub.front().get("observedBackend") == "a"))
+        pid = agent.members[0].pid
+        seen = len(stub.patches)
+        os.kill(pid or 0, signal.SIGKILL)
+
+        async def serves_a() -> bool:
+            return await answer(front_port, "again") == "a:again"
+
+        await eventually(serves_a)  # the desired backend is applied to the new HAProxy without any new write
+        await eventually(lambda: holds("error" not in stub.front() and stub.front().get("restarts") == 1))
+        assert agent.members[0].pid != pid
+    errors = [p["status"]["front"]["error"] for p in stub.patches[seen:] if "error" in p["status"]["front"]]
+    assert errors == ["haproxy exited with signal SIGKILL; restarting it", None]
+
+
+async def test_one_of_the_pair_killed_is_no_error_and_counts_a_restart(
     stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int
 ) -> None:
     a, _ = echoes
     stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
     await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
-    assert stub_front.agent is not None and stub_front.agent.haproxy is not None
-    pid = stub_front.agent.haproxy.pid
-    assert pid is not None
-    seen = len(stub_front.patches)
-    os.kill(pid, signal.SIGKILL)
-
-    async def serves_a() -> bool:
-        return await answer(front_port, "again") == "a:again"
-
-    await eventually(serves_a)  # the desired backend is applied to the new HAProxy without any new write
-    await eventually(lambda: holds("error" not in stub_front.front()))
-    assert stub_front.agent.haproxy.pid != pid
-    errors = [
-        p["status"]["front"]["error"] for p in stub_front.patches[seen:] if "error" in p["status"]["front"]
-    ]
-    assert errors == ["haproxy exited with signal SIGKILL; restarting it", None]
+    assert stub_front.agent is not None
+    pids = [m.pid for m in stub_front.agent.members]
+    assert None not in pids and len(set(pids)) == 2
+    os.kill(pids[1] or 0, signal.SIGKILL)
+    await eventually(lambda: holds(stub_front.front().get("restarts") == 1))
+    assert stub_front.front()["lastRestart"].startswith("haproxy-1 exited with signal SIGKILL")
+    assert stub_front.agent.members[1].pid not in pids
+    assert await answer(front_port, "still") == "a:still"
+    assert not any("error" in p["status"]["front"] for p in stub_front.patches)
 
 
 async def test_agent_retries_a_taken_port_with_backoff_and_logs_it_once(

@@ -40,9 +40,13 @@ async def front(tmp_path: Path) -> AsyncIterator[HAProxy]:
     await proxy.stop()
 
 
-def test_rendered_config_passes_haproxy_check(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", [None, ("b", 4321)], ids=["no-server", "starting-backend"])
+def test_rendered_config_passes_haproxy_check(tmp_path: Path, backend: tuple[str, int] | None) -> None:
     cfg = tmp_path / "haproxy.cfg"
-    cfg.write_text(render_config(bind_address="127.0.0.1", bind_port=6443, socket_path=tmp_path / "s.sock"))
+    text = render_config(
+        bind_address="127.0.0.1", bind_port=6443, socket_path=tmp_path / "s.sock", backend=backend
+    )
+    cfg.write_text(text)
     result = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 

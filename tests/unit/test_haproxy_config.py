@@ -21,8 +21,17 @@ def test_config_has_tcp_front_private_admin_socket_and_two_disabled_servers() ->
     assert "default_backend slots" in lines
     assert "server a 127.0.0.1:1 disabled" in lines
     assert "server b 127.0.0.1:1 disabled" in lines
-    assert "noreuseport" in lines
+    assert "noreuseport" not in lines  # the pair shares the port
     assert "daemon" not in lines
+
+
+def test_a_starting_backend_serves_from_the_first_connection() -> None:
+    config = render_config(bind_address="127.0.0.1", bind_port=6443, socket_path=SOCK, backend=("b", 4321))
+    lines = _lines(config)
+    assert "server b 127.0.0.1:4321" in lines
+    assert "server a 127.0.0.1:1 disabled" in lines
+    with pytest.raises(HAProxyError):
+        render_config(bind_address="127.0.0.1", bind_port=6443, socket_path=SOCK, backend=("c", 4321))
 
 
 def test_config_has_no_health_checks_and_no_http() -> None:

@@ -1060,3 +1060,21 @@ def test_reassert_rolls_the_serving_revision_to_the_other_slot_once_per_annotati
     assert started(next_of(done, slot(A, "old"), reassert_token="t1")).target_revision == REV  # the spec's
     nothing = KcpShardStatus(front=FRONT_UP)
     assert started(next_of(nothing, reassert_token="t1")).reassert_token is None  # nothing serves yet
+
+
+@pytest.mark.parametrize(
+    ("restarts", "reported", "new"),
+    [(0, None, None), (1, None, 1), (3, 1, 2), (2, 2, None)],
+    ids=["none", "first", "more", "all-reported"],
+)
+def test_front_restarts_are_reported_once_before_anything_else(
+    restarts: int, reported: int | None, new: int | None
+) -> None:
+    front = FRONT_UP.model_copy(
+        update={"restarts": restarts, "restarts_reported": reported, "last_restart": "x"}
+    )
+    action = next_of(during(rollout(Step.WAITING_READY), front=front), slot(A, "old"), slot(B))
+    if new is None:
+        assert not isinstance(action, plan.ReportFrontRestarts), action
+    else:
+        assert action == plan.ReportFrontRestarts(total=restarts, new=new, last="x")

@@ -20,6 +20,7 @@ from kcpshard.roll.actions import (
     Finish,
     Flip,
     Record,
+    ReportFrontRestarts,
     Restore,
     SlotMark,
     StartRoll,
@@ -238,3 +239,19 @@ def test_events_are_about_the_shard_as_read_and_need_it() -> None:
     w.event(obs, "Drain", "asked the front")
     w.event(dataclasses.replace(obs, shard={}), "Drain", "nothing to name")
     assert events.posted == [("Drain", "asked the front", False)]
+
+
+async def test_front_restarts_become_one_warning_event_each_count() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    front = {"restarts": 2, "lastRestart": "haproxy-1 exited with signal SIGKILL at t"}
+    obs = during(api, rollout(Step.FLIPPING), front=front)
+    action = ReportFrontRestarts(total=2, new=2, last=front["lastRestart"])
+    await w.front_restarts_reported(obs, action)
+    await w.front_restarts_reported(obs, action)  # a round redone: nothing new
+    assert status(api)["front"]["restartsReported"] == 2
+    assert status(api)["front"]["restarts"] == 2  # the agent's keys stay
+    assert [(reason, warning) for reason, _, warning in events.posted] == [("FrontRestarted", True)]
+    assert (
+        "started again 2 times (2 in all; last: haproxy-1 exited with signal SIGKILL" in events.posted[0][1]
+    )

@@ -10,10 +10,16 @@ watch event or report tick compares the latest KcpShard with what HAProxy does a
 restarted agent or HAProxy converges without remembering anything. All coordination goes through the API
 server: the agent listens on no control port.
 
+Two HAProxy processes share the front port (SO_REUSEPORT): the kernel spreads new connections over
+both listeners, so one process dying (a crash, a SIGKILL) loses only the connections it held, never a
+new one; the agent starts it again, already pointed at the current backend, and counts the restart in
+``status.front.restarts`` (the operator turns each into a Warning Event). Both are repointed at a flip,
+and ``observedBackend`` is reported only once every running process serves it.
+
 The agent never exits because HAProxy cannot serve: it reports why in ``status.front.error`` (a taken
-port, HAProxy dying), starts HAProxy again with backoff, and clears ``error`` once it listens. Like the
-kubelet's CrashLoopBackOff (``pkg/kubelet/kuberuntime``), but inside the pod, so the desired backend is
-back within a second of a crash.
+port, both processes dead), starts HAProxy again with backoff, and clears ``error`` once it listens.
+Like the kubelet's CrashLoopBackOff (``pkg/kubelet/kuberuntime``), but inside the pod, so the desired
+backend is back within a second of a crash.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from kcpshard.k8s.kubeconfig import KubeconfigError
 log = logging.getLogger("kcpshard.agent.front")
 
 MAX_BACKOFF_SECONDS = 30.0
+# HAProxy processes on the front port: one of them dying loses no new connection.
+PAIR = 2
 # Between failed starts of HAProxy: the first retry soon (a port freed a moment later), then capped.
 START_BACKOFF_SECONDS = (1.0, 10.0)
 # Errors the loop survives: the API server or HAProxy being away for a while is expected.
@@ -60,6 +68,7 @@ class FrontAgent:
         binary: str | None = None,
         report_interval: float = 1.0,
         start_backoff: tuple[float, float] = START_BACKOFF_SECONDS,
+        pair: int = PAIR,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -67,17 +76,22 @@ class FrontAgent:
         self.state_dir = state_dir
         self.binary = binary
         self.report_interval = report_interval
-        self.haproxy: HAProxy | None = None
+        self.members: list[HAProxy] = []
         self._obj: dict[str, Any] | None = None
         self._kick = asyncio.Event()
-        self._applied: tuple[str, int] | None = None
+        # The backend each running member serves, by its index in `members`.
+        self._applied: dict[int, tuple[str, int] | None] = {}
         self._reported_connections: dict[str, int] | None = None
         self._last_problem = ""
         self._warned: set[str] = set()
         self.start_backoff = start_backoff
+        self.pair = pair
         # What status.front.error should say: None while HAProxy serves.
         self._error: str | None = None
-        self._serving = False  # HAProxy was started by us and has not been seen dead since
+        self._serving: set[int] = set()  # members started by us and not seen dead since
+        # Members seen dead and started again (status.front.restarts), counted on from the status.
+        self._restarts = 0
+        self._last_restart: str | None = None
         self._start_failures = 0
         self._next_start = 0.0  # loop time of the next start attempt
         self._announce = False  # a freshly started HAProxy: report observedAt even without a backend
@@ -92,6 +106,8 @@ class FrontAgent:
             try:
                 obj = await self.api.get(KCPSHARDS, self.namespace, self.shard)
                 self._obj = obj
+                reported = ((obj.get("status") or {}).get("front") or {}).get("restarts")
+                self._restarts = reported if _is_count(reported) else 0
                 return FrontSpec.model_validate((obj.get("spec") or {}).get("front") or {})
             except NotFound:
                 self._problem(f"KcpShard {self.namespace}/{self.shard} not found; waiting for it")
@@ -123,7 +139,7 @@ class FrontAgent:
             return 2
         if front is None:
             return 0
-        self.haproxy = HAProxy(self.state_dir, front.address, front.port, self.binary)
+        self.members = self._new_members(front)
         watcher = asyncio.create_task(self._watch())
         failures = 0
         try:
@@ -145,7 +161,7 @@ class FrontAgent:
                 delay = _backoff(self.report_interval, failures) if failures else self.report_interval
                 if self._died():
                     delay = 0.0
-                elif not self._serving:
+                elif len(self._serving) < self.pair:
                     # Wake for the next start attempt even when reports are rarer than that.
                     until_start = self._next_start - asyncio.get_running_loop().time()
                     delay = min(delay, max(until_start, 0.0))
@@ -154,7 +170,8 @@ class FrontAgent:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-            await self.haproxy.stop()
+            for member in self.members:
+                await member.stop()
         log.info("front of %s/%s stopped", self.namespace, self.shard)
         return 0
 
@@ -181,8 +198,7 @@ class FrontAgent:
             asyncio.ensure_future(stop.wait()),
             asyncio.ensure_future(self._kick.wait()),
         ]
-        if self.haproxy is not None and self.haproxy.alive:
-            waiters.append(asyncio.ensure_future(self.haproxy.wait()))
+        waiters += [asyncio.ensure_future(m.wait()) for m in self.members if m.alive]
         try:
             await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -191,18 +207,19 @@ class FrontAgent:
             self._kick.clear()
 
     async def _reconcile(self) -> None:
-        haproxy = await self._ensure_haproxy()
+        running = await self._ensure_haproxy()
         obj = self._obj
         if obj is None:
-            if haproxy is not None and self._target is not None and self._applied != self._target:
+            if self._target is not None:
                 # KcpShard gone: a restarted HAProxy still gets the last backend, as the old one kept it.
-                await haproxy.set_backend(*self._target)
-                self._applied = self._target
+                await self._apply(running, self._target)
             return
         front_status = (obj.get("status") or {}).get("front") or {}
-        patch = await self._serving_patch(haproxy, front_status) if haproxy is not None else {}
+        patch = await self._serving_patch(running, front_status) if running else {}
         if front_status.get("error") != self._error:
             patch["error"] = self._error  # None clears it (merge patch)
+        if self._restarts and front_status.get("restarts") != self._restarts:
+            patch.update(restarts=self._restarts, lastRestart=self._last_restart)
         if patch:
             self._obj = await self.api.patch(
                 KCPSHARDS, self.namespace, self.shard, {"status": {"front": patch}}, subresource="status"
@@ -212,82 +229,125 @@ class FrontAgent:
             if "observedAt" in patch:
                 self._announce = False
 
-    async def _serving_patch(self, haproxy: HAProxy, front_status: dict[str, Any]) -> dict[str, Any]:
+    async def _apply(self, running: list[int], backend: tuple[str, int]) -> None:
+        """Point every running member at `backend` (each that does not serve it yet)."""
+        for index in running:
+            if self._applied.get(index) != backend:
+                await self.members[index].set_backend(*backend)
+                self._applied[index] = backend
+
+    async def _serving_patch(self, running: list[int], front_status: dict[str, Any]) -> dict[str, Any]:
         """Apply the desired backend and drain; the status keys that differ from what HAProxy does."""
         patch: dict[str, Any] = {}
         desired = self._desired(front_status)
-        if desired is not None and desired != self._applied:
-            await haproxy.set_backend(*desired)
-            self._applied = self._target = desired
-            log.info("new connections now go to slot %s (port %s)", *desired)
-        if self._applied is not None:
+        if desired is not None:
+            await self._apply(running, desired)
+            if desired != self._target:
+                log.info("new connections now go to slot %s (port %s)", *desired)
+            self._target = desired
+        # Confirmed only when every running member serves the same backend.
+        applied = {self._applied.get(index) for index in running}
+        serving = applied.pop() if len(applied) == 1 else None
+        if serving is not None:
             observed = (front_status.get("observedBackend"), front_status.get("observedPort"))
-            if observed != self._applied:
-                patch.update(
-                    observedBackend=self._applied[0], observedPort=self._applied[1], observedAt=now()
-                )
+            if observed != serving:
+                patch.update(observedBackend=serving[0], observedPort=serving[1], observedAt=now())
         if self._announce:
             # The operator waits for a listening front before it starts a new shard's first slot.
             patch["observedAt"] = now()
 
-        connections = await haproxy.connections()
+        connections = await self._connections(running)
         drain = front_status.get("drain")
         if drain in SLOTS and connections.get(drain, 0) > 0:
             if desired is not None and drain == desired[0]:
                 self._warn_once(f"not draining slot {drain}: it is the desired backend")
             else:
-                closed = await haproxy.drain(drain)
+                closed = sum([await self.members[index].drain(drain) for index in running])
                 log.info("drained slot %s: closed %d connection(s)", drain, closed)
-                connections = await haproxy.connections()
+                connections = await self._connections(running)
         if connections != self._reported_connections:
             patch["connections"] = connections
         return patch
 
-    async def _ensure_haproxy(self) -> HAProxy | None:
-        """HAProxy, (re)started when it died or spec.front moved it; None while it cannot start."""
-        assert self.haproxy is not None
-        haproxy = self.haproxy
+    def _new_members(self, front: FrontSpec) -> list[HAProxy]:
+        return [
+            HAProxy(self.state_dir / f"haproxy-{index}", front.address, front.port, self.binary)
+            for index in range(self.pair)
+        ]
+
+    async def _connections(self, running: list[int]) -> dict[str, int]:
+        counts = {slot: 0 for slot in SLOTS}
+        for index in running:
+            for slot, count in (await self.members[index].connections()).items():
+                counts[slot] += count
+        return counts
+
+    async def _ensure_haproxy(self) -> list[int]:
+        """The running members, each (re)started when it died or spec.front moved them; [] while none can."""
         front = self._front_spec()
-        if front is not None and (front.address, front.port) != (haproxy.bind_address, haproxy.bind_port):
+        first = self.members[0]
+        if front is not None and (front.address, front.port) != (first.bind_address, first.bind_port):
             log.info("spec.front moved to %s:%s; restarting haproxy", front.address, front.port)
-            await haproxy.stop()
-            haproxy = self.haproxy = HAProxy(self.state_dir, front.address, front.port, self.binary)
-            self._serving, self._start_failures, self._next_start = False, 0, 0.0
-        if haproxy.alive:
-            return haproxy
-        if self._serving:
-            # Died under us (killed, crashed): say so first, then restart at once with the desired backend.
-            self._serving, self._start_failures, self._next_start = False, 0, 0.0
-            self._set_error(f"{haproxy.describe_exit()}; restarting it")
-            await self._report_error()
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._next_start:
-            return None
-        try:
-            check_bindable(haproxy.bind_address, haproxy.bind_port)
-            await haproxy.start()
-        except HAProxyBindError as exc:
-            self._start_failed(exc.message(self._node()))
-            return None
-        except HAProxyError as exc:
-            self._start_failed(str(exc))
-            return None
-        except OSError as exc:  # state dir or config not writable, binary not executable
-            self._start_failed(f"cannot start haproxy: {_short(exc)}")
-            return None
-        self._serving, self._start_failures = True, 0
-        self._applied = None  # a new HAProxy starts with both servers disabled
-        self._reported_connections = None
-        self._announce = True
-        self._set_error(None)
-        return haproxy
+            for member in self.members:
+                await member.stop()
+            self.members = self._new_members(front)
+            self._serving, self._applied, self._start_failures, self._next_start = set(), {}, 0, 0.0
+        for index in sorted(self._serving):
+            member = self.members[index]
+            if member.alive:
+                continue
+            # Died under us (killed, crashed): count it, and start it again at once with the backend.
+            self._serving.discard(index)
+            self._applied.pop(index, None)
+            self._restarts += 1
+            self._last_restart = (
+                f"haproxy-{index} {member.describe_exit().removeprefix('haproxy ')} at {now()}"
+            )
+            log.warning("front of %s/%s: %s; restarting it", self.namespace, self.shard, self._last_restart)
+            self._start_failures, self._next_start = 0, 0.0
+            if not self._serving:  # nothing listens until it is back: say so first
+                self._set_error(f"{member.describe_exit()}; restarting it")
+                await self._report_error()
+        if asyncio.get_running_loop().time() >= self._next_start:
+            await self._start_members()
+        return sorted(self._serving)
+
+    async def _start_members(self) -> None:
+        for index, member in enumerate(self.members):
+            if index in self._serving:
+                continue
+            try:
+                if not self._serving:
+                    # None of ours holds the port, so nobody else may: sharing it needs our own process.
+                    check_bindable(member.bind_address, member.bind_port)
+                await member.start(backend=self._target)
+            except HAProxyBindError as exc:
+                self._start_failed(exc.message(self._node()))
+                return
+            except HAProxyError as exc:
+                self._start_failed(str(exc))
+                return
+            except OSError as exc:  # state dir or config not writable, binary not executable
+                self._start_failed(f"cannot start haproxy: {_short(exc)}")
+                return
+            if not self._serving:
+                self._reported_connections = None
+                self._announce = True
+            self._serving.add(index)
+            self._applied[index] = self._target  # started pointing at it
+            self._start_failures = 0
+            self._set_error(None)
 
     def _died(self) -> bool:
-        """HAProxy was serving and has exited since (not yet noticed by ``_ensure_haproxy``)."""
-        return self._serving and self.haproxy is not None and not self.haproxy.alive
+        """A member was serving and has exited since (not yet noticed by ``_ensure_haproxy``)."""
+        return any(not self.members[index].alive for index in self._serving)
 
     def _start_failed(self, message: str) -> None:
-        self._set_error(message)
+        if self._serving:
+            # The other member serves: the front works, only its spare is missing.
+            self._problem(f"front of {self.namespace}/{self.shard}: a second haproxy cannot start: {message}")
+        else:
+            self._set_error(message)
         self._start_failures += 1
         first, cap = self.start_backoff
         delay = min(cap, first * 2 ** min(self._start_failures - 1, 10))
@@ -351,6 +411,10 @@ def _task_error(task: asyncio.Task[None]) -> BaseException:
     if task.cancelled():
         return asyncio.CancelledError()
     return task.exception() or RuntimeError("ended")
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _is_port(value: object) -> TypeGuard[int]:

@@ -1,4 +1,5 @@
-"""One HAProxy in TCP mode, driven through its runtime API on a local unix socket.
+"""One HAProxy in TCP mode, driven through its runtime API on a local unix socket (the front agent runs
+two of them on one port).
 
 The front of a shard: clients connect to ``bind_address:bind_port`` and HAProxy forwards each new TCP
 connection to the one ready server of backend ``slots`` (server ``a`` or ``b``, one per kcp slot).
@@ -134,9 +135,23 @@ def _hostport(address: str, port: int) -> str:
     return f"ipv6@{ip}:{port}" if ip.version == 6 else f"{ip}:{port}"
 
 
-def render_config(*, bind_address: str, bind_port: int, socket_path: Path, maxconn: int = 4096) -> str:
-    """The haproxy.cfg of a front: pure, so it can be unit-tested."""
+def render_config(
+    *,
+    bind_address: str,
+    bind_port: int,
+    socket_path: Path,
+    maxconn: int = 4096,
+    backend: tuple[str, int] | None = None,
+) -> str:
+    """The haproxy.cfg of a front: pure, so it can be unit-tested.
+
+    `backend` (slot, port): the server that takes connections from the first one accepted. A process
+    started beside a serving one shares its port at once, so it must never listen with no server.
+    """
     _check_port(bind_port, "the front port")
+    if backend is not None:
+        _check_slot(backend[0])
+        _check_port(backend[1], "the backend port")
     bind = _hostport(bind_address, bind_port)
     sock = str(socket_path)
     if any(c.isspace() for c in sock) or len(sock.encode()) > MAX_SOCKET_PATH:
@@ -151,8 +166,9 @@ def render_config(*, bind_address: str, bind_port: int, socket_path: Path, maxco
             f"    stats socket {sock} mode 600 level admin",
             "    stats timeout 30s",
             f"    maxconn {maxconn}",
-            # A lingering HAProxy on the same port must make this one fail, not share the port.
-            "    noreuseport",
+            # No "noreuseport": the front runs two HAProxy processes on one port (SO_REUSEPORT, HAProxy's
+            # default), so one dying loses no new connection. A foreign listener is refused before the
+            # first of them starts (check_bindable binds without SO_REUSEPORT).
             # No "log": with -db HAProxy already prints its alerts and server state changes on stderr,
             # which the agent relays; a log line per connection would be noise.
             "",
@@ -172,7 +188,12 @@ def render_config(*, bind_address: str, bind_port: int, socket_path: Path, maxco
             # No health checks and no L7: the operator decides readiness from each slot's own /readyz
             # (reported on its KcpSlot) and flips explicitly; HAProxy checks would race that decision,
             # and TLS passes through untouched so clients keep talking to kcp's own certificate.
-            *(f"    server {slot} 127.0.0.1:1 disabled" for slot in SLOTS),
+            *(
+                f"    server {slot} 127.0.0.1:{backend[1]}"
+                if backend is not None and slot == backend[0]
+                else f"    server {slot} 127.0.0.1:1 disabled"
+                for slot in SLOTS
+            ),
             "",
         ]
     )
@@ -253,14 +274,18 @@ class HAProxy:
             raise HAProxyError(f"haproxy not found ({name}): install the Debian package haproxy")
         return found
 
-    async def start(self) -> None:
-        """Write the config, run HAProxy and wait until its runtime API answers."""
+    async def start(self, backend: tuple[str, int] | None = None) -> None:
+        """Write the config, run HAProxy and wait until its runtime API answers; `backend` (slot, port)
+        serves from the first connection (None: no server until `set_backend`)."""
         if self.alive:
             raise HAProxyError("haproxy is already running")
         binary = self._resolve_binary()
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         config = render_config(
-            bind_address=self.bind_address, bind_port=self.bind_port, socket_path=self.socket_path
+            bind_address=self.bind_address,
+            bind_port=self.bind_port,
+            socket_path=self.socket_path,
+            backend=backend,
         )
         self.config_path.write_text(config)
         with contextlib.suppress(FileNotFoundError):

@@ -370,6 +370,16 @@ class FrontStatus(Model):
         str | None,
         Field(description="Why the front cannot serve, as its agent sees it; cleared once it serves."),
     ] = None
+    restarts: Annotated[
+        int, Field(ge=0, description="HAProxy processes of the front that died and were started again.")
+    ] = 0
+    last_restart: Annotated[
+        str | None, Field(alias="lastRestart", description="Which HAProxy process died last, how and when.")
+    ] = None
+    restarts_reported: Annotated[
+        int | None,
+        Field(alias="restartsReported", description="Restarts the operator has reported as Warning Events."),
+    ] = None
 
 
 class KcpShardStatus(Model):

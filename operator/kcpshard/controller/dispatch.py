@@ -30,6 +30,7 @@ class Dispatcher:
             a.CreateSharedSecret: self._create_shared_secret,
             a.CreateFront: self._create_front,
             a.UpdateFront: self._update_front,
+            a.ReportFrontRestarts: self._report_front_restarts,
             a.Steady: self._steady,
             a.Hold: self._hold,
             a.StartRoll: self._start_roll,
@@ -79,6 +80,9 @@ class Dispatcher:
         await objects.update_front(self.ctx, obs)
         front = obs.spec.front
         self.writer.event(obs, "FrontUpdated", f"updated the front for {front.address}:{front.port}")
+
+    async def _report_front_restarts(self, action: a.ReportFrontRestarts, obs: Observed) -> None:
+        await self.writer.front_restarts_reported(obs, action)
 
     async def _steady(self, action: a.Steady, obs: Observed) -> None:
         await self._publish_admin_kubeconfig(obs)

@@ -182,6 +182,19 @@ def flip(action: Flip, generation: int) -> StatusFn:
     return change
 
 
+def front_restarts_reported(total: int) -> StatusFn:
+    """The operator's own key beside the agent's count; None once recorded (no second Event)."""
+
+    def change(status: dict[str, Any]) -> dict[str, Any] | None:
+        front = status.setdefault("front", {})
+        if front.get("restartsReported") == total:
+            return None
+        front["restartsReported"] = total
+        return status
+
+    return change
+
+
 def request_drain(slot: str) -> StatusFn:
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         status.setdefault("front", {})["drain"] = slot

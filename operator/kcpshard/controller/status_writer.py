@@ -27,6 +27,7 @@ from kcpshard.roll.actions import (
     Fail,
     Finish,
     Flip,
+    ReportFrontRestarts,
     Restore,
     SlotMark,
     StartRoll,
@@ -104,6 +105,17 @@ class StatusWriter:
     async def hold(self, obs: Observed, reason: str, message: str) -> None:
         if await self._mutate(changes.hold(obs.generation, reason, message)):  # news only when it changed
             self.event(obs, reason, message)
+
+    async def front_restarts_reported(self, obs: Observed, action: ReportFrontRestarts) -> None:
+        if await self._mutate(changes.front_restarts_reported(action.total)):
+            times = "once" if action.new == 1 else f"{action.new} times"
+            self.event(
+                obs,
+                "FrontRestarted",
+                f"an HAProxy process of the front on node {obs.spec.node} died and was started again {times} "
+                f"({action.total} in all; last: {action.last}); see kubectl logs deployment/{obs.name}-front",
+                warning=True,
+            )
 
     async def steady(self, obs: Observed, message: str) -> None:
         await self._mutate(changes.steady(obs.generation, message))

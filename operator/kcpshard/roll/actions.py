@@ -91,6 +91,16 @@ class UpdateFront(Action):
 
 
 @dataclass(frozen=True)
+class ReportFrontRestarts(Action):
+    """The front agent counted HAProxy restarts the operator has not reported yet: a Warning Event, then
+    the count is recorded as reported (status.front.restartsReported)."""
+
+    total: int
+    new: int
+    last: str
+
+
+@dataclass(frozen=True)
 class Steady(Action):
     """Nothing to roll: the active slot runs the desired revision. Its kcp-admin kubeconfig is published."""
 

@@ -36,6 +36,7 @@ from kcpshard.roll.actions import (
     KillSlot,
     Probe,
     ReadKcpLease,
+    ReportFrontRestarts,
     RequestDrain,
     Restore,
     Stall,
@@ -95,6 +96,7 @@ __all__ = [
     "Neighbour",
     "Observed",
     "Probe",
+    "ReportFrontRestarts",
     "RequestDrain",
     "Restore",
     "RootShardView",
@@ -122,6 +124,9 @@ def next_action(obs: Observed | ShardOnly) -> Action:
     made = _shard_objects(obs)
     if made is not None:
         return made
+    restarts = _front_restarts(obs)
+    if restarts is not None:
+        return restarts
     rollout = obs.status.rollout
     if rollout is None:
         return _start(obs)
@@ -198,6 +203,16 @@ def _shard_objects(obs: Observed) -> Action | None:
     if obs.front is FrontWorkload.CURRENT or invalid(obs):
         return None  # an invalid spec gets no new front: it might contend for another shard's port
     return CreateFront() if obs.front is FrontWorkload.ABSENT else UpdateFront()
+
+
+def _front_restarts(obs: Observed) -> ReportFrontRestarts | None:
+    """Each HAProxy restart the front agent counted becomes a Warning Event, once: the front serves on
+    through one (the other process of its pair takes new connections), but a person should know."""
+    front = obs.status.front
+    if front is None or front.restarts <= (front.restarts_reported or 0):
+        return None
+    new = front.restarts - (front.restarts_reported or 0)
+    return ReportFrontRestarts(total=front.restarts, new=new, last=front.last_restart or "")
 
 
 def _follow_up(obs: Observed, outcome: Outcome) -> Action:

@@ -4,6 +4,7 @@ client sending requests through the front, and check what is left when a roll en
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,17 @@ def argv(pid: int) -> list[bytes]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return []
+
+
+def exited(pid: int) -> bool:
+    """Every thread of `pid` ended (a zombie's sockets are closed). HAProxy runs a thread per core: its
+    leader can be a zombie while another thread still holds the listener."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return all(state in ("Z", "X") for state in states)
 
 
 def processes(sandbox: Path) -> dict[int, list[bytes]]:
