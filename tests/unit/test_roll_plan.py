@@ -246,16 +246,20 @@ def test_backup_is_the_first_step_of_a_roll(spec: KcpShardSpec) -> None:
     assert ro.step == Step.BACKING_UP.value and "slotStarting" not in ro.timestamps
 
 
+def serving(slot_name: str = "b", port: int = 4321) -> KcpShardStatus:
+    """Slot `slot_name` serves REV and the front confirms it."""
+    front = FrontStatus(observed_at=STAMP, observed_backend=slot_name, observed_port=port)
+    return KcpShardStatus(active_slot=slot_name, active_revision=REV, front=front)
+
+
 def test_same_revision_is_steady() -> None:
-    status = KcpShardStatus(active_slot="b", active_revision=REV)
-    assert isinstance(next_of(status, slot(B)), plan.Steady)
+    assert isinstance(next_of(serving(), ready_slot(B)), plan.Steady)
 
 
 def test_roll_only_changes_do_not_start_a_roll() -> None:
     spec = with_roll(ready_timeout_seconds=5, backup=True)
     assert revision_of(spec) == REV
-    status = KcpShardStatus(active_slot="b", active_revision=REV)
-    assert isinstance(next_of(status, slot(B), spec=spec), plan.Steady)
+    assert isinstance(next_of(serving(), ready_slot(B), spec=spec), plan.Steady)
 
 
 @pytest.mark.parametrize(
@@ -381,8 +385,15 @@ def test_recovery_comes_before_every_stall() -> None:
 
 
 def test_a_serving_slot_whose_job_and_pod_run_is_steady() -> None:
-    alive = slot(A, REV, job=plan.JobView(name="job-a", active=1), pods=("pod-1",))
-    assert isinstance(next_of(KcpShardStatus(active_slot="a", active_revision=REV), alive), plan.Steady)
+    alive = slot(
+        A,
+        REV,
+        job=plan.JobView(name="job-a", active=1),
+        pods=("pod-1",),
+        conditions=ready_conditions("Ready"),
+        port=4321,
+    )
+    assert isinstance(next_of(serving("a"), alive), plan.Steady)
 
 
 def test_a_roll_under_way_is_finished_before_a_new_revision() -> None:

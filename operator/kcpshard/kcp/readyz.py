@@ -25,7 +25,13 @@ class Readyz:
     detail: str  # "ok", the first `[-]` line, or what went wrong (readyz is anonymous: no secrets in it)
 
 
-def client_for(ca_pem: str | bytes, timeout: float = 2.0) -> httpx.AsyncClient:
+# Longer than kcp's own store checks take to give up: k8s.io/apiserver's `etcd` and `etcd-readiness`
+# checks each wait up to 2 s (--etcd-healthcheck-timeout, --etcd-readycheck-timeout) and run one after
+# the other, so a store that does not answer shows as `[-]etcd failed`, not as a readyz that timed out.
+TIMEOUT_SECONDS = 5.0
+
+
+def client_for(ca_pem: str | bytes, timeout: float = TIMEOUT_SECONDS) -> httpx.AsyncClient:
     """An httpx client that trusts only `ca_pem` (one CA or a bundle) and skips the hostname check.
 
     Raises ValueError when `ca_pem` holds no usable certificate.

@@ -17,7 +17,7 @@ from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName
 from kcpshard.kcp import flags as kcp_flags
 from kcpshard.kcp import versions
 from kcpshard.kcp.errors import VersionError
-from kcpshard.roll import lease, promotion, steps
+from kcpshard.roll import health, lease, promotion, steps
 from kcpshard.roll.actions import (
     RESYNC_SECONDS,
     Abort,
@@ -434,6 +434,9 @@ def _start(obs: Observed) -> Action:
             reason="FrontFailed", message=f"the front on node {obs.spec.node} cannot serve: {front.error}"
         )
     if active is not None and status.active_revision == obs.revision:
+        down = health.serving_problem(obs, active)
+        if down is not None:
+            return down
         return Steady(
             f"slot {active.value} serves revision {status.active_revision} (kcp {obs.spec.kcp.version})"
         )

@@ -1,0 +1,49 @@
+"""Is the serving path whole? A shard says Ready only when a client gets answers. Pure.
+
+Ready=True needs the front to confirm the active slot (its backend and port) and that slot's kcp to
+pass its own /readyz (the host agent's `Ready` condition on the KcpSlot). Otherwise the shard stalls
+with a reason that names the part that is down, and recovers by itself once it is back: nothing the
+operator could restart would help (a kcp whose store does not answer is not fixed by a new kcp).
+"""
+
+from __future__ import annotations
+
+from kcpshard.api.models import SlotName
+from kcpshard.roll.actions import Stall
+from kcpshard.roll.observed import Observed
+
+# kcp's /readyz checks that depend on the store (k8s.io/apiserver's etcd health checks).
+_STORE_CHECKS = ("etcd", "etcd-readiness")
+
+
+def serving_problem(obs: Observed, active: SlotName) -> Stall | None:
+    """None when the front serves the active slot and its kcp is ready; else what is down."""
+    status = obs.status
+    front = status.front
+    view = obs.slots.get(active)
+    port = view.port if view is not None else None
+    if front is None or front.observed_backend != active.value or (port and front.observed_port != port):
+        seen = f"slot {front.observed_backend} on port {front.observed_port}" if front else "nothing yet"
+        return Stall(
+            "FrontNotServing",
+            f"the front on node {obs.spec.node} does not serve slot {active.value} (it reports {seen}); "
+            f"clients get no answers from revision {status.active_revision}: see kubectl logs "
+            f"deployment/{obs.name}-front",
+        )
+    failed = view.failed("Ready") if view is not None else None
+    if failed is None:
+        return None
+    detail = str(failed.get("message") or failed.get("reason") or "not ready")
+    check = detail.removeprefix("[-]").split(" ", 1)[0]
+    if check in _STORE_CHECKS:
+        store = ", ".join(obs.spec.store.etcd.endpoints) if obs.spec.store.etcd else "its store"
+        return Stall(
+            "StoreNotReady",
+            f"slot {active.value} serves revision {status.active_revision}, but its kcp cannot reach the "
+            f"store ({store}): {detail}; clients get errors until the store answers again",
+        )
+    return Stall(
+        "SlotNotReady",
+        f"slot {active.value} serves revision {status.active_revision}, but its kcp is not ready: {detail}; "
+        f"clients get errors until it is (kubectl logs job/{view.job.name if view and view.job else '?'})",
+    )
