@@ -73,15 +73,16 @@ class Observer:
     async def observe(self) -> Observed | ShardOnly:
         body = await self.api.get(KCPSHARDS, self.namespace, self.name)
         meta = body["metadata"]
+        annotations = meta.get("annotations") or {}
         seen: dict[str, Any] = {
             "name": self.name,
             "namespace": self.namespace,
             "generation": int(meta.get("generation", 1)),
             "status": KcpShardStatus.model_validate(body.get("status") or {}),
-            "retry_token": (meta.get("annotations") or {}).get(RETRY_ANNOTATION),
-            "reassert_token": (meta.get("annotations") or {}).get(REASSERT),
-            "promote_token": (meta.get("annotations") or {}).get(PROMOTE),
-            "abort_token": (meta.get("annotations") or {}).get(ABORT),
+            "retry_token": annotations.get(RETRY_ANNOTATION),
+            "reassert_token": annotations.get(REASSERT),
+            "promote_token": annotations.get(PROMOTE),
+            "abort_token": annotations.get(ABORT),
             "shard": body,
         }
         if meta.get("deletionTimestamp"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kcpshard.api.models import SlotName
 from kcpshard.roll.actions import Stall
 from kcpshard.roll.observed import Observed
+from kcpshard.roll.rollout import job_of
 
 # kcp's /readyz checks that depend on the store (k8s.io/apiserver's etcd health checks).
 _STORE_CHECKS = ("etcd", "etcd-readiness")
@@ -45,5 +46,5 @@ def serving_problem(obs: Observed, active: SlotName) -> Stall | None:
     return Stall(
         "SlotNotReady",
         f"slot {active.value} serves revision {status.active_revision}, but its kcp is not ready: {detail}; "
-        f"clients get errors until it is (kubectl logs job/{view.job.name if view and view.job else '?'})",
+        f"clients get errors until it is (kubectl logs job/{job_of(obs, active.value)})",
     )

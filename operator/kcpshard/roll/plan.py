@@ -71,7 +71,7 @@ from kcpshard.roll.outcomes import (
     ProbeReady,
 )
 from kcpshard.roll.report import LEAVE_STAMP, REPORT_SPANS, RETRY_ANNOTATION, durations, stall_message
-from kcpshard.roll.rollout import deadline, expected_revision, roll_spec
+from kcpshard.roll.rollout import deadline, expected_revision, job_of, roll_spec
 
 # The roll's one entry for the loop and the tests: its functions, and the types and helpers it decides with.
 __all__ = [
@@ -209,9 +209,9 @@ def _front_restarts(obs: Observed) -> ReportFrontRestarts | None:
     """Each HAProxy restart the front agent counted becomes a Warning Event, once: the front serves on
     through one (the other process of its pair takes new connections), but a person should know."""
     front = obs.status.front
-    if front is None or front.restarts <= (front.restarts_reported or 0):
+    new = front.restarts - (front.restarts_reported or 0) if front is not None else 0
+    if front is None or new <= 0:
         return None
-    new = front.restarts - (front.restarts_reported or 0)
     return ReportFrontRestarts(total=front.restarts, new=new, last=front.last_restart or "")
 
 
@@ -234,7 +234,7 @@ def _follow_up(obs: Observed, outcome: Outcome) -> Action:
             obs,
             "LeaseTimeout",
             f"no new holder of kcp's controller lease within {outcome.waited:.0f}s ({outcome.detail}); kcp's "
-            f"controllers are not running: see kubectl logs job/{_job_of(obs, rollout.to_slot)}",
+            f"controllers are not running: see kubectl logs job/{job_of(obs, rollout.to_slot)}",
         )
     if isinstance(outcome, ProbeReady):
         ready = f"workspace {outcome.workspace} became Ready in {outcome.ready_seconds:.2f}s"
@@ -247,11 +247,6 @@ def _follow_up(obs: Observed, outcome: Outcome) -> Action:
             "shard serves, but its controllers do not work: see kcp's logs",
         )
     raise TypeError(f"no rule follows {outcome!r}")
-
-
-def _job_of(obs: Observed, slot: str) -> str:
-    view = obs.slots.get(SlotName(slot))
-    return view.job.name if view is not None and view.job is not None else f"<{slot} slot's Job>"
 
 
 def _blocked_by_last_roll(obs: Observed) -> Stall | None:

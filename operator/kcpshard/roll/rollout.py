@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 
 from kcpshard.api import conditions as cond
-from kcpshard.api.models import KcpShardSpec, RolloutStatus
+from kcpshard.api.models import KcpShardSpec, RolloutStatus, SlotName
 from kcpshard.kcp.versions import Version, VersionError
 from kcpshard.roll.observed import Observed
 
@@ -58,3 +58,9 @@ def identity_cache_stale(spec: KcpShardSpec) -> bool:
         return Version.parse(spec.kcp.version) >= IDENTITY_CACHE_RELEASE
     except VersionError:
         return False
+
+
+def job_of(obs: Observed, slot: str) -> str:
+    """The name of a slot's Job, for the `kubectl logs job/...` a message points at."""
+    view = obs.slots.get(SlotName(slot))
+    return view.job.name if view is not None and view.job is not None else f"<{slot} slot's Job>"
