@@ -99,6 +99,10 @@ SCHEMA = {
         lambda m: _set(m, "spec.kcp.version", "0.32"),
         ["spec.kcp.version", '"0.32"', "should match"],
     ),
+    "stop-timeout-inside-shutdown-delay": (
+        lambda m: _set(m, "spec.roll", {"stopTimeoutSeconds": 5}),  # shutdownDelaySeconds defaults to 5
+        ["spec: Invalid value", "roll.stopTimeoutSeconds must be longer than shutdownDelaySeconds"],
+    ),
     "ready-timeout-0": (
         lambda m: _set(m, "spec.roll", {"readyTimeoutSeconds": 0}),
         ["spec.roll.readyTimeoutSeconds", "greater than or equal to 1"],

@@ -126,8 +126,8 @@ async def test_a_slot_the_roll_did_not_start_is_never_adopted(tmp_path: Path) ->
 async def test_operator_restarted_in_the_same_pod_takes_its_lease_back_at_once(tmp_path: Path) -> None:
     """The container restarts in its pod (same POD_NAME): the per-shard Lease, valid for an hour, names
     the killed run, and the new run takes it at once instead of waiting it out."""
-    from kcpshard.controller.shardlock import lease_name
     from kcpshard.k8s.api import LEASES
+    from kcpshard.k8s.names import lease_name
 
     bin_dir = tmp_path / "bin"
     hour = ("--shard-lease-seconds", "3600")

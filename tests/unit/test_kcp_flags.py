@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from kcpshard.api.models import KcpShardSpec
+from kcpshard.api.models import STOP_TIMEOUT_RULE, KcpShardSpec
 from kcpshard.kcp.errors import VersionError
 from kcpshard.kcp.flags import ROWS, SlotPaths, flag_name, kcp_start_args, kine_args, validate
 
@@ -282,3 +282,11 @@ def test_validate_allows_harmless_extra_args() -> None:
 def test_validate_keeps_the_admin_battery(value: str) -> None:
     msgs = validate(spec(extraArgs=["--batteries-included", value]))
     assert msgs and "admin battery" in msgs[0]
+
+
+@pytest.mark.parametrize(
+    ("stop", "delay", "refused"), [(5, 5, True), (4, 5, True), (6, 5, False), (120, 0, False)]
+)
+def test_a_stop_timeout_inside_the_shutdown_delay_is_refused(stop: int, delay: int, refused: bool) -> None:
+    problems = validate(spec(roll={"stopTimeoutSeconds": stop}, shutdownDelaySeconds=delay))
+    assert (STOP_TIMEOUT_RULE["message"] in problems) is refused

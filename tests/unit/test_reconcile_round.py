@@ -10,12 +10,13 @@ import pytest
 from fakes import LOG, REV, SPEC, RecordedEvents, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api import conditions as cond
 from kcpshard.controller.config import OperatorConfig
-from kcpshard.controller.reconciler import ShardReconciler
+from kcpshard.controller.reconciler import ShardReconciler, retry_backoff
 from kcpshard.controller.wakeups import Wakeups
 from kcpshard.k8s import builders
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, SECRETS
+from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, SECRETS, ApiError, Invalid
 from kcpshard.kcp.errors import KcpTimeout
 from kcpshard.roll.actions import RESYNC_SECONDS
+from kcpshard.roll.plan import REFUSED_RETRY_SECONDS
 
 STARTED = "2026-12-01T12:00:00.000000Z"
 SEEN = [{"type": "Ready", "status": "Unknown", "reason": "Observed", "lastTransitionTime": STARTED}]
@@ -217,3 +218,35 @@ async def test_an_invalid_spec_stalls_before_anything_starts(spec: dict[str, Any
     assert events.posted == [("InvalidSpec", stalled["message"], True)]
     assert api.names(KCPSLOTS) == [] and api.names(JOBS) == [] and api.names(DEPLOYMENTS) == []
     assert kcp.calls == []
+
+
+async def test_a_refused_create_stalls_with_the_servers_message_and_is_asked_again_rarely() -> None:
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    api.put(KCPSHARDS, shard_body(conditions=SEEN))
+    refusal = Invalid(422, "Invalid", 'Deployment.apps "root-front" is invalid: spec.template: Invalid value')
+    api.fail("create", "deployments", "root-front", error=refusal)
+    r = reconciler(api, kcp, events)
+    assert await r.reconcile_once() is None  # the shared Secret
+    assert await r.reconcile_once() == REFUSED_RETRY_SECONDS
+    stalled = cond.find(shard_status(api)["conditions"], "Stalled")
+    assert stalled is not None and (stalled["status"], stalled["reason"]) == ("True", "ApiRejected")
+    assert 'Deployment.apps "root-front" is invalid' in stalled["message"]
+    assert [(reason, warning) for reason, _, warning in events.posted] == [("ApiRejected", True)]
+    # Asked again (the refusal was one-off): the front is made and the stall ends with the next write.
+    assert await r.reconcile_once() is None
+    assert ("create", "deployments", "root-front") in api.writes()
+
+
+@pytest.mark.parametrize("status", [429, 500, 503])
+async def test_a_passing_error_is_not_a_refusal_but_retried_by_the_loop(status: int) -> None:
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    api.put(KCPSHARDS, shard_body(conditions=SEEN))
+    api.fail("create", "secrets", "root-shared", error=ApiError(status, "Busy", "try again"))
+    with pytest.raises(ApiError):
+        await reconciler(api, kcp, events).reconcile_once()
+    assert cond.find(shard_status(api)["conditions"], "Stalled") is None
+    assert events.reasons == []
+
+
+def test_retry_backoff_doubles_up_to_its_cap() -> None:
+    assert [retry_backoff(n) for n in (1, 2, 3, 4, 5, 6, 7, 20)] == [1, 2, 4, 8, 16, 30, 30, 30]

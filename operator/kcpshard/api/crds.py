@@ -13,7 +13,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from kcpshard.api.models import GROUP, VERSION, KcpShardSpec, KcpShardStatus, KcpSlotSpec, KcpSlotStatus
+from kcpshard.api.models import (
+    GROUP,
+    SHARD_NAME_RULE,
+    VERSION,
+    KcpShardSpec,
+    KcpShardStatus,
+    KcpSlotSpec,
+    KcpSlotStatus,
+)
 
 _DROP_KEYS = {"title"}
 
@@ -99,8 +107,9 @@ def _crd(
     spec: type[BaseModel],
     status: type[BaseModel],
     columns: list[dict[str, Any]],
+    rules: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "required": ["spec"],
         "properties": {
@@ -111,6 +120,8 @@ def _crd(
             "status": schema_of(status, keep_defaults=False),
         },
     }
+    if rules:
+        schema["x-kubernetes-validations"] = rules
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -158,6 +169,7 @@ def kcpshard_crd() -> dict[str, Any]:
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
             _condition_column("Message", "Ready", priority=1, field="message"),
         ],
+        rules=[SHARD_NAME_RULE],
     )
 
 

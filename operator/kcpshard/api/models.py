@@ -187,7 +187,42 @@ class RollSpec(Model):
     ] = None
 
 
+# The shard's name is a label value on every object it owns (see kcpshard.k8s.names).
+MAX_SHARD_NAME = 63
+SHARD_NAME_RULE = {
+    "rule": f"self.metadata.name.size() <= {MAX_SHARD_NAME}",
+    "message": f"a KcpShard name has at most {MAX_SHARD_NAME} characters: it is a label value on every "
+    "object the operator makes for the shard",
+}
+# Defaulting runs before CEL, so both fields are there; `has` guards a CRD applied without defaults.
+STOP_TIMEOUT_RULE = {
+    "rule": "!has(self.roll) || !has(self.roll.stopTimeoutSeconds) || !has(self.shutdownDelaySeconds) || "
+    "self.roll.stopTimeoutSeconds > self.shutdownDelaySeconds",
+    "message": "roll.stopTimeoutSeconds must be longer than shutdownDelaySeconds: kcp serves out its "
+    "shutdown delay after SIGTERM, and a stop timeout inside it kills kcp mid-shutdown (allow the delay "
+    "plus about 20 s)",
+}
+
+
+def spec_rule_problems(spec: KcpShardSpec) -> list[str]:
+    """The CRD's CEL rules on the spec, checked again by the operator (a server that skips CEL)."""
+    if spec.roll.stop_timeout_seconds <= spec.shutdown_delay_seconds:
+        return [STOP_TIMEOUT_RULE["message"]]
+    return []
+
+
+def shard_name_problems(name: str) -> list[str]:
+    """SHARD_NAME_RULE, checked again by the operator."""
+    return [SHARD_NAME_RULE["message"]] if len(name) > MAX_SHARD_NAME else []
+
+
 class KcpShardSpec(Model):
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="ignore",
+        json_schema_extra={"x-kubernetes-validations": [dict(STOP_TIMEOUT_RULE)]},
+    )
+
     kcp: KcpSpec
     shape: Annotated[Shape, Field(description="BlueGreen (no outage) or Single (planned outage).")] = (
         Shape.BLUE_GREEN

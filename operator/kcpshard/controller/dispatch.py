@@ -12,9 +12,13 @@ from typing import Any
 from kcpshard.controller.act import admin, backup, lease, objects, probe, slots
 from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.status_writer import StatusWriter
+from kcpshard.k8s.api import ApiError
 from kcpshard.roll import actions as a
 from kcpshard.roll.observed import Observed, ShardOnly
-from kcpshard.roll.outcomes import Outcome, ProbeReady
+from kcpshard.roll.outcomes import Outcome, ProbeReady, Refused
+
+# 400 Bad Request, 403 Forbidden, 422 Invalid: the same request gets the same answer.
+REFUSALS = frozenset({400, 403, 422})
 
 Handler = Callable[[Any, Any], Awaitable[Outcome | None]]
 
@@ -55,7 +59,14 @@ class Dispatcher:
         handler = self._handlers.get(type(action))
         if handler is None:
             raise TypeError(f"no handler for {action!r}")
-        return await handler(action, obs)
+        try:
+            return await handler(action, obs)
+        except ApiError as exc:
+            # A refusal the same request would meet again goes to the plan (it stalls); anything else
+            # (409, 429, 5xx, a timeout) goes to the loop, which tries again with backoff.
+            if exc.status not in REFUSALS or isinstance(obs, ShardOnly):
+                raise
+            return Refused(exc.status, exc.reason, exc.message)
 
     # ----- the shard -------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import base64
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from kcpshard.k8s import builders
+from kcpshard.k8s import names
 from kcpshard.k8s.api import SECRETS, ApiClient
 from kcpshard.kcp.client import KcpClient
 from kcpshard.kcp.kubeconfig import shard_admin
@@ -22,7 +22,7 @@ class NoRootMaterial(Exception):
 
 def connector(api: ApiClient, namespace: str, shard: str) -> KcpConnect:
     async def connect(url: str) -> KcpClient:
-        name = builders.shared_secret_name(shard)
+        name = names.shared_secret_name(shard)
         secret = await api.get(SECRETS, namespace, name)
         raw = (secret.get("data") or {}).get("admin.kubeconfig")
         if not raw:

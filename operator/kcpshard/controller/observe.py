@@ -20,7 +20,7 @@ from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, Slo
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import KcpConnect, NoRootMaterial, lease_reading
 from kcpshard.controller.shard_index import ShardIndex
-from kcpshard.k8s import backup_job, builders
+from kcpshard.k8s import backup_job, builders, names
 from kcpshard.k8s.api import (
     DEPLOYMENTS,
     JOBS,
@@ -113,7 +113,7 @@ class Observer:
             backup=backup,
             neighbours=self.index.neighbours(self.namespace, self.name, spec),
             root_shard=await self._root_shard(spec),
-            shared_secret=await self._exists(SECRETS, builders.shared_secret_name(self.name)),
+            shared_secret=await self._exists(SECRETS, names.shared_secret_name(self.name)),
             front=await self._front(body, spec),
             **seen,
         )
@@ -190,7 +190,7 @@ class Observer:
         for obj in slot_list.get("items", []):
             spec, status = obj.get("spec", {}), obj.get("status") or {}
             slot, start = SlotName(spec["slot"]), int(spec.get("start", 0))
-            job = jobs.get(builders.slot_job_name(self.name, slot, spec["revision"], start))
+            job = jobs.get(names.slot_job_name(self.name, slot, spec["revision"], start))
             views[slot] = SlotView(
                 name=slot,
                 revision=spec["revision"],

@@ -34,6 +34,13 @@ Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 # A round carries out one action and the few that follow from what its handler saw (a lease watch,
 # then freeing the lease, then the next step): never more than this many.
 MAX_ACTIONS_PER_ROUND = 6
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 30.0
+
+
+def retry_backoff(failures: int) -> float:
+    """1, 2, 4 .. 30 s after 1, 2, 3 .. rounds failed in a row on errors that may pass."""
+    return min(RETRY_FIRST_SECONDS * 2 ** max(failures - 1, 0), RETRY_MAX_SECONDS)
 
 
 class ShardReconciler:
@@ -65,6 +72,7 @@ class ShardReconciler:
     async def run(self, stopped: asyncio.Event) -> None:
         """Until `stopped` is set (kopf stops the daemon: shard deleted or operator exiting)."""
         renewer: asyncio.Task[None] | None = None
+        failures = 0  # rounds failed in a row
         try:
             while not stopped.is_set():
                 try:
@@ -74,18 +82,22 @@ class ShardReconciler:
                     if renewer is None and self._lock is not None:
                         renewer = asyncio.create_task(self._lock.renew_forever())
                     timeout = await self.reconcile_once()
+                    failures = 0
                 except NotFound as exc:
                     if await self._shard_gone():
                         return
                     self.logger.warning(f"{exc}; looking again")
                     timeout = 1.0
                 except ApiError as exc:
-                    self.logger.warning(f"API error, retrying: {exc}")
-                    timeout = 2.0
+                    # 409, 429, 5xx (a refusal of an action stalls the shard instead: see dispatch).
+                    failures += 1
+                    timeout = retry_backoff(failures)
+                    self.logger.warning(f"API error, retrying in {timeout:g}s: {exc}")
                 except (KcpError, httpx.HTTPError, OSError) as exc:
                     # kcp or the front is briefly unreachable: the step is idempotent, try it again.
-                    self.logger.warning(f"{type(exc).__name__}: {exc}; retrying")
-                    timeout = 2.0
+                    failures += 1
+                    timeout = retry_backoff(failures)
+                    self.logger.warning(f"{type(exc).__name__}: {exc}; retrying in {timeout:g}s")
                 if timeout is not None:
                     await self._sleep(stopped, timeout)
         finally:

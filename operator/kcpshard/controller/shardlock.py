@@ -22,16 +22,13 @@ from typing import Any
 from kcpshard.api import conditions as cond
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import LEASES, ApiClient, ApiError, Conflict, NotFound
+from kcpshard.k8s.names import lease_name
 
 
 def default_identity() -> str:
     """`<pod or host>_<uuid>`, like client-go's: unique per process start."""
     host = os.environ.get("POD_NAME") or socket.gethostname()
     return f"{host}_{uuid.uuid4()}"
-
-
-def lease_name(shard: str) -> str:
-    return f"kcpshard-{shard}"
 
 
 class ShardLock:

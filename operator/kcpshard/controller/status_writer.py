@@ -18,7 +18,7 @@ from kcpshard import metrics
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import RolloutStatus, SlotName
 from kcpshard.controller import status_changes as changes
-from kcpshard.k8s import builders
+from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, NotFound
 from kcpshard.k8s.status import StatusFn, mutate_status
 from kcpshard.roll.actions import (
@@ -86,7 +86,7 @@ class StatusWriter:
         self.logger.info(f"{reason}: {message}")
 
     async def mark_slot(self, mark: SlotMark) -> None:
-        name = builders.slot_object_name(self.name, SlotName(mark.slot))
+        name = names.slot_object_name(self.name, SlotName(mark.slot))
         change = changes.slot_condition(mark.type, mark.status, mark.reason, mark.message, mark.holder)
         with contextlib.suppress(NotFound):  # a slot already gone has nothing to mark
             await mutate_status(self.api, KCPSLOTS, self.namespace, name, change)
@@ -113,7 +113,8 @@ class StatusWriter:
                 obs,
                 "FrontRestarted",
                 f"an HAProxy process of the front on node {obs.spec.node} died and was started again {times} "
-                f"({action.total} in all; last: {action.last}); see kubectl logs deployment/{obs.name}-front",
+                f"({action.total} in all; last: {action.last}); "
+                f"see kubectl logs deployment/{names.front_name(obs.name)}",
                 warning=True,
             )
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import kopf
 
-from kcpshard.controller.shardlock import lease_name
-from kcpshard.k8s import builders
+from kcpshard.k8s import builders, names
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSLOTS, LEASES, PODS, SECRETS, ApiClient, NotFound
+from kcpshard.k8s.names import lease_name
 
 
 async def tear_down(
@@ -34,19 +34,19 @@ async def tear_down(
                 with contextlib.suppress(NotFound):
                     await api.delete(ref, namespace, obj["metadata"]["name"], propagation_policy="Background")
     with contextlib.suppress(NotFound):
-        await api.delete(DEPLOYMENTS, namespace, builders.front_name(name), propagation_policy="Background")
+        await api.delete(DEPLOYMENTS, namespace, names.front_name(name), propagation_policy="Background")
     pods = await api.list(PODS, namespace, label_selector=selector)
     running = [p["metadata"]["name"] for p in pods.get("items", []) if _alive(p)]
     if running:
         raise kopf.TemporaryError(
             f"waiting for {len(running)} pod(s) of the shard to stop: {', '.join(sorted(running))}", delay=1
         )
-    for secret in (builders.admin_kubeconfig_secret_name(name),):
+    for secret in (names.admin_kubeconfig_secret_name(name),):
         with contextlib.suppress(NotFound):
             await api.delete(SECRETS, namespace, secret)
     with contextlib.suppress(NotFound):
         await api.delete(LEASES, namespace, lease_name(name))
-    shared = builders.shared_secret_name(name)
+    shared = names.shared_secret_name(name)
     if spec.get("deletionPolicy") == "Delete":
         with contextlib.suppress(NotFound):
             await api.delete(SECRETS, namespace, shared)

@@ -23,18 +23,13 @@ from kcpshard.k8s.builders import (
     owner_reference,
     shard_state_dir,
 )
+from kcpshard.k8s.names import backup_job_name
 
 ANNOTATION_PATH = "kcpshard.dev/backup-path"
 ANNOTATION_SECONDS = "kcpshard.dev/backup-seconds"
 ANNOTATION_BYTES = "kcpshard.dev/backup-bytes"
 ANNOTATION_ERROR = "kcpshard.dev/backup-error"
 BACKUP_KEEP = 3
-# Job names become the `batch.kubernetes.io/job-name` label of the pod: 63 characters at most.
-MAX_JOB_NAME = 63
-
-
-def backup_job_name(shard: str, revision: str, attempt: int) -> str:
-    return f"{shard}-backup-{revision[:10]}-{attempt}"
 
 
 def backups_dir(namespace: str, shard: str) -> str:
@@ -59,18 +54,16 @@ def backup_job(
 ) -> dict[str, Any]:
     """The Job that snapshots the shard's etcd into the node's state dir.
 
-    `name` replaces `backup_job_name(...)`: the agent annotates the Job named on its command line, so a
-    caller that wants another name passes it here rather than renaming the returned object.
-    Raises ValueError when the store cannot be backed up this way (kine) or the name is too long.
+    `name` replaces the name made of the revision and attempt: the agent annotates the Job named on its
+    command line, so a caller that wants another name passes it here rather than renaming the returned
+    object. Raises ValueError when the store cannot be backed up this way (kine).
     """
     etcd = spec.store.etcd
     if etcd is None:
         raise ValueError("backup needs an etcd store")
     meta = shard_obj["metadata"]
     shard, namespace = meta["name"], meta["namespace"]
-    name = name or backup_job_name(shard, revision, attempt)
-    if len(name) > MAX_JOB_NAME:
-        raise ValueError(f"backup Job name {name!r} is longer than {MAX_JOB_NAME} characters")
+    name = name or backup_job_name(shard, f"{revision[:10]}-{attempt}")
     deadline = spec.roll.backup_timeout_seconds
     volume, mount = _state_volume()
     command = [*agent_command, "agent", "backup", "--namespace", namespace, "--job-name", name]

@@ -7,6 +7,14 @@ import json
 from typing import Any
 
 from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, SlotName
+from kcpshard.k8s.names import (
+    admin_kubeconfig_secret_name,
+    front_name,
+    shared_secret_name,
+    slot_admin_secret_name,
+    slot_job_name,
+    slot_object_name,
+)
 from kcpshard.kcp.flags import SlotPaths, front_url, kcp_start_args
 
 MANAGED_BY = "kcpshard-operator"
@@ -21,23 +29,6 @@ AGENT_SERVICE_ACCOUNT = "kcpshard-agent"
 DEFAULT_IMAGE = "kcpshard:0.1.0"
 # Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
 STOP_MARGIN_SECONDS = 20
-
-
-def shared_secret_name(shard: str) -> str:
-    return f"{shard}-shared"
-
-
-def slot_object_name(shard: str, slot: SlotName) -> str:
-    return f"{shard}-{slot.value}"
-
-
-def slot_job_name(shard: str, slot: SlotName, revision: str, start: int) -> str:
-    # Slot, revision and start counter: a re-created slot never meets an old Job of the same name.
-    return f"{shard}-{slot.value}-{revision[:8]}-{start}"
-
-
-def front_name(shard: str) -> str:
-    return f"{shard}-front"
 
 
 def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
@@ -74,10 +65,6 @@ def slot_root_dir(namespace: str, shard: str, slot: SlotName) -> str:
 def stop_timeout_seconds(spec: KcpShardSpec) -> int:
     """How long the host agent waits for kcp after SIGTERM before it kills it."""
     return spec.shutdown_delay_seconds + STOP_MARGIN_SECONDS
-
-
-def admin_kubeconfig_secret_name(shard: str) -> str:
-    return f"{shard}-kcp-admin"
 
 
 def kcpslot(
@@ -181,7 +168,7 @@ def slot_job(
         *_agent_store_args(spec),
         *_agent_secret_args(spec),
         "--admin-secret",
-        f"{slot_obj['metadata']['name']}-kcp-admin",
+        slot_admin_secret_name(slot_obj["metadata"]["name"]),
         "--front-url",
         front_url(spec),
         "--",

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from kcpshard.api.models import KcpShardSpec
+from kcpshard.api.models import KcpShardSpec, spec_rule_problems
 from kcpshard.kcp.errors import VersionError
 from kcpshard.kcp.versions import SUPPORTED, SemverRange, Version, known
 
@@ -352,6 +352,7 @@ def validate(spec: KcpShardSpec) -> list[str]:
         if msg:
             msgs.append(msg)
     msgs.extend(_check_extra_args(spec.extra_args))
+    msgs.extend(spec_rule_problems(spec))
     return msgs
 
 

@@ -9,6 +9,7 @@ operator could restart would help (a kcp whose store does not answer is not fixe
 from __future__ import annotations
 
 from kcpshard.api.models import SlotName
+from kcpshard.k8s import names
 from kcpshard.roll.actions import Stall
 from kcpshard.roll.observed import Observed
 from kcpshard.roll.rollout import job_of
@@ -29,7 +30,7 @@ def serving_problem(obs: Observed, active: SlotName) -> Stall | None:
             "FrontNotServing",
             f"the front on node {obs.spec.node} does not serve slot {active.value} (it reports {seen}); "
             f"clients get no answers from revision {status.active_revision}: see kubectl logs "
-            f"deployment/{obs.name}-front",
+            f"deployment/{names.front_name(obs.name)}",
         )
     failed = view.failed("Ready") if view is not None else None
     if failed is None:

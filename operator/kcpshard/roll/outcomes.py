@@ -25,6 +25,15 @@ class Failed(Outcome):
 
 
 @dataclass(frozen=True)
+class Refused(Outcome):
+    """The API server refused a request in a way that asking again cannot change (400, 403, 422)."""
+
+    status: int
+    reason: str
+    message: str  # the API server's own
+
+
+@dataclass(frozen=True)
 class LeaseWatched(Outcome):
     """kcp's controller lease as it was when the watch ended."""
 

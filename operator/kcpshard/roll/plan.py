@@ -13,7 +13,7 @@ operator restarted at any point re-derives the same next action (every action is
 from __future__ import annotations
 
 from kcpshard.api import conditions as cond
-from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName
+from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName, shard_name_problems
 from kcpshard.kcp import flags as kcp_flags
 from kcpshard.kcp import versions
 from kcpshard.kcp.errors import VersionError
@@ -69,9 +69,14 @@ from kcpshard.roll.outcomes import (
     Outcome,
     ProbeNotReady,
     ProbeReady,
+    Refused,
 )
 from kcpshard.roll.report import LEAVE_STAMP, REPORT_SPANS, RETRY_ANNOTATION, durations, stall_message
 from kcpshard.roll.rollout import deadline, expected_revision, job_of, roll_spec
+
+# A request the API server refused (400, 403, 422) is asked again this rarely, while the shard is Stalled.
+API_REJECTED = "ApiRejected"
+REFUSED_RETRY_SECONDS = 60.0
 
 # The roll's one entry for the loop and the tests: its functions, and the types and helpers it decides with.
 __all__ = [
@@ -173,6 +178,8 @@ def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
             return RESYNC_SECONDS
         remaining = (action.until - obs.now).total_seconds()
         return max(min(remaining, RESYNC_SECONDS), 0.05)
+    if isinstance(action, Stall) and action.reason == API_REJECTED:
+        return REFUSED_RETRY_SECONDS  # the same request would meet the same answer: ask again rarely
     if isinstance(action, Wait | Steady | Stall | Hold | KillSlot):
         return RESYNC_SECONDS
     return None
@@ -182,6 +189,7 @@ def invalid(obs: Observed) -> list[str]:
     """What only the operator can judge wrong in the spec: flags, another shard's front port or store."""
     me = (obs.created, obs.namespace, obs.name)
     return [
+        *shard_name_problems(obs.name),
         *kcp_flags.validate(obs.spec),
         *front_conflicts(obs.spec, me, obs.neighbours),
         *store_conflicts(obs.spec, me, obs.neighbours),
@@ -219,6 +227,13 @@ def _follow_up(obs: Observed, outcome: Outcome) -> Action:
     """What a handler saw decides the next action of the same round."""
     if isinstance(outcome, Failed):
         return failure_action(obs, outcome.reason, outcome.message)
+    if isinstance(outcome, Refused):
+        return Stall(
+            reason=API_REJECTED,
+            message=f"the API server refused a request of the operator ({outcome.status} {outcome.reason}): "
+            f"{outcome.message}; the operator tries again every {REFUSED_RETRY_SECONDS:.0f}s and on any "
+            "change of the shard",
+        )
     rollout = obs.status.rollout
     if rollout is None:
         raise ValueError(f"{outcome!r} with no roll under way")

@@ -6,6 +6,7 @@ import datetime
 
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import KcpShardSpec, RolloutStatus, SlotName
+from kcpshard.k8s import names
 from kcpshard.kcp.versions import Version, VersionError
 from kcpshard.roll.observed import Observed
 
@@ -43,7 +44,7 @@ def deadline(rollout: RolloutStatus, seconds: int) -> datetime.datetime:
 
 
 def backup_job_name(shard: str, rollout: RolloutStatus) -> str:
-    return f"{shard}-backup-{rollout.id or rollout.target_revision}"
+    return names.backup_job_name(shard, rollout.id or rollout.target_revision)
 
 
 def identity_cache_stale(spec: KcpShardSpec) -> bool:

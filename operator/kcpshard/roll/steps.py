@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 
 from kcpshard.api.models import RolloutStatus, Shape, SlotName
+from kcpshard.k8s import names
 from kcpshard.kcp.flags import front_url
 from kcpshard.roll import lease, promotion
 from kcpshard.roll.actions import (
@@ -184,7 +185,8 @@ def flipping(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Acti
             rollout,
             "FlipTimeout",
             f"the front did not confirm slot {to.name.value} within {spec.roll.flip_timeout_seconds}s; "
-            f"check the front agent on node {spec.node} (kubectl logs deployment/{obs.name}-front)",
+            f"check the front agent on node {spec.node} "
+            f"(kubectl logs deployment/{names.front_name(obs.name)})",
         )
     return Wait("waiting for the front to confirm the flip", until=until)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
 from kcpshard.testing.devenv import ApiKind, DevEnvInfo, kubectl_binary
@@ -111,7 +112,7 @@ class Stack:
         return await self.api.get(KCPSHARDS, namespace, name)
 
     async def shard_admin(self, name: str, namespace: str = "default") -> ShardAdmin:
-        secret = await self.api.get(SECRETS, namespace, f"{name}-shared")
+        secret = await self.api.get(SECRETS, namespace, names.shared_secret_name(name))
         return shard_admin(base64.b64decode(secret["data"]["admin.kubeconfig"]))
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from kcpshard.api.models import SlotName
 from kcpshard.controller.act.context import ActContext
-from kcpshard.k8s import builders
+from kcpshard.k8s import builders, names
 from kcpshard.k8s.api import SECRETS, NotFound
 from kcpshard.roll.observed import Observed
 
@@ -25,7 +25,7 @@ async def publish_admin_kubeconfig(ctx: ActContext, obs: Observed) -> Published 
     active = obs.status.active_slot
     if not active:
         return None
-    source = f"{builders.slot_object_name(ctx.shard, SlotName(active))}-kcp-admin"
+    source = names.slot_admin_secret_name(names.slot_object_name(ctx.shard, SlotName(active)))
     try:
         slot_secret = await ctx.api.get(SECRETS, ctx.namespace, source)
     except NotFound:

@@ -6,7 +6,7 @@ import contextlib
 
 from kcpshard.api.models import SlotName
 from kcpshard.controller.act.context import ActContext, create_once
-from kcpshard.k8s import builders
+from kcpshard.k8s import builders, names
 from kcpshard.k8s.api import JOBS, KCPSLOTS, PODS, ApiError, NotFound
 from kcpshard.roll.actions import CreateSlot, KillSlot, StopSlot
 from kcpshard.roll.observed import Observed
@@ -35,7 +35,7 @@ async def create_slot(ctx: ActContext, action: CreateSlot, obs: Observed) -> str
 
 async def delete_slot(ctx: ActContext, slot: SlotName) -> None:
     """The KcpSlot; its Job and pod go with it (ownerReferences)."""
-    name = builders.slot_object_name(ctx.shard, slot)
+    name = names.slot_object_name(ctx.shard, slot)
     with contextlib.suppress(NotFound):
         await ctx.api.delete(KCPSLOTS, ctx.namespace, name, propagation_policy="Background")
 
