@@ -100,7 +100,7 @@ SCHEMA = {
         ["spec.kcp.version", '"0.32"', "should match"],
     ),
     "stop-timeout-inside-shutdown-delay": (
-        lambda m: _set(m, "spec.roll", {"stopTimeoutSeconds": 5}),  # shutdownDelaySeconds defaults to 5
+        lambda m: _set(m, "spec.roll", {"stopTimeoutSeconds": m["spec"]["shutdownDelaySeconds"]}),
         ["spec: Invalid value", "roll.stopTimeoutSeconds must be longer than shutdownDelaySeconds"],
     ),
     "ready-timeout-0": (
