@@ -8,7 +8,9 @@ import base64
 import contextlib
 import os
 import signal
+import ssl
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -22,6 +24,7 @@ from kcpshard.kcp.readyz import client_for
 from kcpshard.testing.apiserver import EmulatedApiServer
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp import kcp_binary
+from kcpshard.testing.pki import CertificateAuthority
 from kcpshard.testing.tcp import free_port
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
@@ -597,3 +600,40 @@ async def test_kcp_admin_kubeconfig_is_published_once_ready(
     shard_admin = seed.shard_admin_token((a.root / "admin.kubeconfig").read_bytes())
     assert shard_admin and shard_admin not in str(config)
     assert kcp_admin not in a.logs() and shard_admin not in a.logs()
+
+
+async def test_a_tls_store_is_checked_with_its_ca_and_kcp_gets_the_files(api: ApiClient, agents: Any) -> None:
+    ca, other = CertificateAuthority("store-ca"), CertificateAuthority("another-ca")
+    client = ca.client("kcp")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    with tempfile.TemporaryDirectory() as folder:
+        server_tls.load_cert_chain(*ca.serving("etcd").write(Path(folder) / "s.crt", Path(folder) / "s.key"))
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0, ssl=server_tls)
+    endpoint = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    await create_secret(api, {})
+    await create_secret(api, {"ca.crt": other.cert_pem}, name="wrong-ca")
+    await create_secret(
+        api, {"ca.crt": ca.cert_pem, "tls.crt": client.cert, "tls.key": client.key}, name="tls"
+    )
+    try:
+        wrong = await agents(
+            f"{SHARD}-a",
+            ["sh", "-c", "touch {root}/kcp-was-started"],
+            args=["--store-endpoint", endpoint, "--store-tls-secret", "wrong-ca", "--store-wait", "1"],
+        )
+        assert await wrong.wait() == 1
+        seeded = cond(await slot_status(api, "a"), "Seeded")
+        assert seeded is not None and seeded[:2] == ("False", "StoreUnreachable")
+        assert "certificate signed by unknown authority" in seeded[2] and "kcp/wrong-ca" in seeded[2]
+        assert not (wrong.root / "kcp-was-started").exists()
+        # The right CA: kcp starts, and finds the files where its --etcd-* flags point, mode 0600.
+        copy = "cp -p {root}/etcd-tls/ca.crt {root}/etcd-tls/tls.key {root}/../"
+        right = await agents(
+            f"{SHARD}-b", ["sh", "-c", copy], args=["--store-endpoint", endpoint, "--store-tls-secret", "tls"]
+        )
+        await right.wait()
+        assert (right.root.parent / "ca.crt").read_bytes() == ca.cert_pem
+        assert (right.root.parent / "tls.key").stat().st_mode & 0o777 == 0o600
+        assert "BEGIN" not in right.logs() and "BEGIN" not in wrong.logs()
+    finally:
+        server.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from kcpshard.agent.storecheck import StoreTLS
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
 from kcpshard.k8s import backup_job, builders
 
@@ -126,6 +127,19 @@ def test_slot_agent_checks_the_store_and_publishes_kcp_admin() -> None:
     assert _option(args, "--admin-secret") == ["root-b-kcp-admin"]
     assert _option(args, "--front-url") == ["https://127.0.0.1:6443"]
     assert _option(args, "--cache-kubeconfig-secret") == []  # a root shard has none
+
+
+def test_a_tls_store_names_its_secret_to_the_agent_and_kcp_reads_the_files_it_writes() -> None:
+    raw = SPEC.model_dump(by_alias=True, exclude_none=True)
+    raw["store"] = {"etcd": {"endpoints": ["https://e1:2379"], "tlsSecretRef": {"name": "etcd-client"}}}
+    job = builders.slot_job(SHARD, KcpShardSpec.model_validate(raw), _slot())
+    args = _agent_args(job)
+    assert _option(args, "--store-tls-secret") == ["etcd-client"]
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    root = _option(args, "--root-dir")[0]
+    tls = StoreTLS("x", b"ca", b"cert", b"key")
+    for relative in tls.files():
+        assert any(arg.endswith(f"={root}/{relative}") for arg in command), relative
 
 
 def test_non_root_slot_agent_writes_the_kubeconfigs_from_their_secrets() -> None:

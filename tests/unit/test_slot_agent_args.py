@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.agent.slot import Options, SecretKey, StoreEndpoint, UsageError, parse_args, store_endpoint
+from kcpshard.agent.slot import Options, SecretKey, UsageError, parse_args
+from kcpshard.agent.storecheck import StoreEndpoint, store_endpoint
 
 BASE = ["--namespace", "kcp", "--slot", "alpha-a", "--secret", "alpha-shared", "--root-dir", "/var/x/a"]
 KCP = ["--", "kcp", "start", "--root-directory=/var/x/a"]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import json
 import logging
@@ -35,6 +34,7 @@ import httpx
 
 from kcpshard.agent import cli
 from kcpshard.agent.child import die_with_parent
+from kcpshard.agent.storecheck import decode, store_tls
 from kcpshard.k8s.api import JOBS, SECRETS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.backup_job import (
     ANNOTATION_BYTES,
@@ -297,20 +297,21 @@ def _remove_partial(path: Path) -> None:
 
 def write_tls_files(directory: Path, data: dict[str, str], secret: str) -> list[str]:
     """Decode the Secret's TLS keys into 0600 files; returns etcdctl's flags. Never echoes the contents."""
-    present = {k: v for k, v in data.items() if k in TLS_KEYS and v}
-    if not present:
-        raise BackupFailed(f"TLS Secret {secret} has none of {', '.join(TLS_KEYS)}")
-    if ("tls.crt" in present) != ("tls.key" in present):
-        have, lacks = ("tls.crt", "tls.key") if "tls.crt" in present else ("tls.key", "tls.crt")
-        raise BackupFailed(f"TLS Secret {secret} has {have} but no {lacks}")
+    try:
+        decoded = decode({k: v for k, v in data.items() if k in TLS_KEYS and v})
+    except ValueError as exc:
+        raise BackupFailed(f"TLS Secret {secret}: {exc}") from None
+    try:
+        # The same reading of the Secret as the slot agent's store check (ca.crt, tls.crt with tls.key).
+        tls = store_tls(secret, decoded)
+    except ValueError as exc:
+        raise BackupFailed(f"TLS {exc}") from None
+    contents = {"ca.crt": tls.ca, "tls.crt": tls.cert, "tls.key": tls.key}
     flags: list[str] = []
     for key, flag in TLS_KEYS.items():
-        if key not in present:
+        content = contents[key]
+        if content is None:
             continue
-        try:
-            content = base64.b64decode(present[key], validate=True)
-        except ValueError:
-            raise BackupFailed(f"TLS Secret {secret}: {key} is not valid base64") from None
         path = directory / key
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -113,8 +113,10 @@ def wipe_root(root: Path) -> None:
 
 
 def write_private_file(root: Path, name: str, content: bytes) -> None:
-    """Write `root/name` mode 0600 from creation (no window where it is world-readable)."""
+    """Write `root/name` mode 0600 from creation (no window where it is world-readable); a folder in
+    `name` is made 0700."""
     path = _check_root(root) / name
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(content)

@@ -25,11 +25,11 @@ import logging
 import os
 import re
 import signal
-import socket
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -37,6 +37,16 @@ import httpx
 from kcpshard.agent import cli, seed
 from kcpshard.agent.child import Child, describe_exit, exit_code
 from kcpshard.agent.procnet import listening_ports
+from kcpshard.agent.storecheck import (
+    EndpointError,
+    StoreEndpoint,
+    StoreTLS,
+    client_context,
+    connect_problem,
+    decode,
+    store_endpoint,
+    store_tls,
+)
 from kcpshard.api.conditions import Status, now_precise, set_condition
 from kcpshard.k8s.api import KCPSLOTS, SECRETS, ApiClient, ApiError, Conflict, NotFound
 from kcpshard.k8s.kubeconfig import KubeconfigError
@@ -51,7 +61,6 @@ POLL_FAST = 0.2  # readyz until first ready, and material/port polling
 POLL_SLOW = 1.0  # readyz once ready
 POLL_STORE = 0.25  # between rounds of connection attempts to the store
 STORE_CONNECT_TIMEOUT = 2.0
-ETCD_CLIENT_PORT = 2379
 PUBLISH_ATTEMPTS = 5
 WRITE_TIMEOUT = 10.0  # a status write never holds up stopping kcp
 API_ERRORS = (ApiError, httpx.HTTPError, KubeconfigError, TimeoutError)
@@ -66,13 +75,6 @@ class Cond:
     status: Status
     reason: str
     message: str = ""
-
-
-@dataclass(frozen=True)
-class StoreEndpoint:
-    url: str  # as shown in messages: no userinfo, query or fragment
-    host: str
-    port: int
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,7 @@ class Options:
     pod_name: str | None = field(default=None)
     store_endpoints: list[StoreEndpoint] = field(default_factory=list)
     store_wait: float = 20.0
+    store_tls_secret: str | None = None
     cache_kubeconfig_secret: SecretKey | None = None
     root_shard_kubeconfig_secret: SecretKey | None = None
     admin_secret: str | None = None
@@ -106,20 +109,11 @@ class UsageError(Exception):
     pass
 
 
-def store_endpoint(url: str) -> StoreEndpoint:
-    """An etcd client URL (`http://127.0.0.1:2379`, `https://host`): where to try a TCP connection."""
-    shown = url.strip().rpartition("@")[2]  # never show userinfo, even of a URL that does not parse
-    parts = urlsplit(url.strip())
+def _store_endpoint(url: str) -> StoreEndpoint:
     try:
-        port = parts.port
-    except ValueError:
-        raise UsageError(f"--store-endpoint {shown}: the port is not a number from 0 to 65535") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"--store-endpoint {shown} is not a URL like http://127.0.0.1:2379")
-    host_port = parts.netloc.rpartition("@")[2]
-    return StoreEndpoint(
-        f"{parts.scheme}://{host_port}{parts.path}", parts.hostname, port or ETCD_CLIENT_PORT
-    )
+        return store_endpoint(url)
+    except EndpointError as exc:
+        raise UsageError(f"--store-endpoint {exc}") from None
 
 
 def secret_key(option: str, value: str | None) -> SecretKey | None:
@@ -169,6 +163,10 @@ def parse_args(argv: Sequence[str]) -> Options:
         "--store-endpoint", action="append", default=[], help="etcd client URL that must answer first"
     )
     parser.add_argument("--store-wait", type=float, default=20.0, help="seconds to wait for the store")
+    parser.add_argument(
+        "--store-tls-secret",
+        help="Secret with the store's ca.crt (and tls.crt, tls.key) for kcp and the check",
+    )
     parser.add_argument("--cache-kubeconfig-secret", help="NAME[:KEY] copied to <root-dir>/cache.kubeconfig")
     parser.add_argument(
         "--root-shard-kubeconfig-secret", help="NAME[:KEY] copied to <root-dir>/root-shard.kubeconfig"
@@ -190,7 +188,8 @@ def parse_args(argv: Sequence[str]) -> Options:
         listen_timeout=args.listen_timeout,
         pod_uid=os.environ.get("POD_UID"),
         pod_name=os.environ.get("POD_NAME"),
-        store_endpoints=[store_endpoint(url) for url in args.store_endpoint],
+        store_endpoints=[_store_endpoint(url) for url in args.store_endpoint],
+        store_tls_secret=args.store_tls_secret,
         store_wait=args.store_wait,
         cache_kubeconfig_secret=secret_key("--cache-kubeconfig-secret", args.cache_kubeconfig_secret),
         root_shard_kubeconfig_secret=secret_key(
@@ -315,7 +314,10 @@ class SlotAgent:
         if not await self.write(first, *conds):
             return fail(f"cannot write the status of KcpSlot {self.where}")
 
-        if not await self.wait_for_store():
+        tls = await self.read_store_tls()
+        if tls is False:
+            return 1
+        if not await self.wait_for_store(tls):
             return 1
         if self.stop_requested.is_set():
             return await self.stopped_before_start()
@@ -325,6 +327,8 @@ class SlotAgent:
         kubeconfigs = await self.read_kubeconfigs()
         if kubeconfigs is None:
             return 1
+        if tls is not None:
+            kubeconfigs = {**kubeconfigs, **tls.files()}
         if not await self.seed_root(plan, kubeconfigs):
             return 1
         if self.stop_requested.is_set():
@@ -343,19 +347,45 @@ class SlotAgent:
         await self.write({"exitedAt": now_precise()}, stopped)
         return 0
 
-    async def wait_for_store(self) -> bool:
-        """True once one store endpoint accepts a TCP connection, or none is given, or a stop came.
+    async def read_store_tls(self) -> StoreTLS | Literal[False] | None:
+        """The store's TLS from --store-tls-secret (None when not given); False, with Seeded=False
+        written, when the Secret is missing or holds no usable TLS: kcp would fail on its files."""
+        name = self.opts.store_tls_secret
+        if name is None:
+            return None
+        where = f"{self.opts.namespace}/{name}"
+        try:
+            secret = await self.api.get(SECRETS, self.opts.namespace, name)
+            tls = store_tls(where, decode(dict(secret.get("data") or {})))
+            # A CA that does not parse fails here, where the message can say which Secret holds it.
+            client_context(tls)
+            return tls
+        except NotFound:
+            reason, msg = "MissingSecret", f"Secret {where} (the store's TLS) not found"
+        except (ValueError, ssl.SSLError) as exc:
+            reason, msg = "InvalidMaterial", f"the store's TLS Secret {where}: {exc}"
+        except API_ERRORS as exc:
+            fail(f"cannot read Secret {where}: {exc}")
+            return False
+        await self.write(None, Cond("Seeded", "False", reason, msg))
+        fail(msg)
+        return False
+
+    async def wait_for_store(self, tls: StoreTLS | None) -> bool:
+        """True once one store endpoint accepts a connection (a verified TLS handshake for https), or none
+        is given, or a stop came.
 
         False (Seeded=False StoreUnreachable written) when none did within --store-wait.
         """
         endpoints = self.opts.store_endpoints
         if not endpoints:
             return True
+        context = client_context(tls) if any(e.tls for e in endpoints) else None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.opts.store_wait
         while True:
             timeout = min(STORE_CONNECT_TIMEOUT, max(POLL_STORE, deadline - loop.time()))
-            problems = await asyncio.gather(*(connect_problem(e, timeout) for e in endpoints))
+            problems = await asyncio.gather(*(connect_problem(e, timeout, tls, context) for e in endpoints))
             for endpoint, problem in zip(endpoints, problems, strict=True):
                 if problem is None:
                     log.info("store endpoint %s answers", endpoint.url)
@@ -688,23 +718,6 @@ class SlotAgent:
             else:
                 previous = None
             await asyncio.sleep(POLL_FAST)
-
-
-async def connect_problem(endpoint: StoreEndpoint, timeout: float) -> str | None:
-    """None when a TCP connection to the endpoint opens (closed again at once), else why not."""
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(endpoint.host, endpoint.port), timeout)
-    except TimeoutError:
-        return f"no answer within {timeout:g}s"
-    except socket.gaierror as exc:
-        return f"cannot resolve {endpoint.host}: {exc.strerror}"
-    except OSError as exc:
-        # asyncio words a refusal as "Connect call failed (addr)": the errno says it plainly.
-        return os.strerror(exc.errno).lower() if exc.errno else str(exc) or type(exc).__name__
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return None
 
 
 def fail(message: str) -> int:

@@ -20,7 +20,10 @@ API_VERSION = f"{GROUP}/{VERSION}"
 VERSION_PATTERN = r"^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-URL_PATTERN = r"^(http|https|unix|unixs)://[^\s]+$"
+# The store endpoints the host agent checks and kcp's etcd client dials (kcpshard.agent.storecheck parses
+# with the same list): the CRD admits no other scheme.
+STORE_SCHEMES = ("http", "https")
+URL_PATTERN = rf"^({'|'.join(STORE_SCHEMES)})://[^\s]+$"
 
 
 class Model(BaseModel):

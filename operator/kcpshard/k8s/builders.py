@@ -226,7 +226,10 @@ def _agent_store_args(spec: KcpShardSpec) -> list[str]:
     # Give up well within the ready timeout, so the roll stalls as StoreUnreachable, not ReadyTimeout.
     wait = max(1, min(20, spec.roll.ready_timeout_seconds // 3))
     endpoints = [arg for url in spec.store.etcd.endpoints for arg in ("--store-endpoint", url)]
-    return [*endpoints, "--store-wait", str(wait)]
+    tls = spec.store.etcd.tls_secret_ref
+    # The agent writes its files where kcp's --etcd-cafile/certfile/keyfile point, and checks with them.
+    secret = ["--store-tls-secret", tls.name] if tls is not None else []
+    return [*endpoints, *secret, "--store-wait", str(wait)]
 
 
 def _agent_secret_args(spec: KcpShardSpec) -> list[str]:
