@@ -134,7 +134,10 @@ class RecordingApi:
         self._request("create", ref, name)
         if (ref.plural, namespace or "default", name) in self.objects:
             raise Conflict(409, "AlreadyExists", f'{ref.plural} "{name}" already exists')
-        return self.put(ref, {**body, "metadata": {**body["metadata"], "namespace": namespace}})
+        # Created now, as the API server stamps it (put() stamps a fixed time in the past).
+        created = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        meta = {**body["metadata"], "namespace": namespace, "creationTimestamp": created}
+        return self.put(ref, {**body, "metadata": meta})
 
     async def replace(
         self,

@@ -8,12 +8,19 @@ from fakes import LOG, SPEC, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api.models import SlotName
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import NoRootMaterial
-from kcpshard.controller.observe import Observer
+from kcpshard.controller.observe import Observer, front_availability, front_pod_view
 from kcpshard.controller.shard_index import ShardIndex, index_entries
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, PODS, SECRETS
 from kcpshard.kcp.errors import KcpError
-from kcpshard.roll.observed import FrontWorkload, LeaseReading, Observed, ShardOnly
+from kcpshard.roll.observed import (
+    FrontAvailability,
+    FrontPodView,
+    FrontWorkload,
+    LeaseReading,
+    Observed,
+    ShardOnly,
+)
 
 URL = "https://127.0.0.1:6443"
 
@@ -177,3 +184,47 @@ async def test_a_lease_that_cannot_be_read_is_an_observation_not_an_error() -> N
     o.connect = no_material  # type: ignore[assignment]
     read = await o.read_kcp_lease(obs, URL)
     assert read.kcp_lease == LeaseReading(error="Secret root-shared has no admin.kubeconfig")
+
+
+def test_front_availability_follows_the_deployment_controllers_condition() -> None:
+    created = {"metadata": {"creationTimestamp": "2026-12-01T11:00:00Z"}}
+    down = {"type": "Available", "status": "False", "lastTransitionTime": "2026-12-01T12:00:00Z"}
+    assert front_availability(
+        {**created, "status": {"conditions": [{"type": "Available", "status": "True"}]}}
+    ) == (FrontAvailability(True))
+    assert front_availability({**created, "status": {"conditions": [down]}}) == FrontAvailability(
+        False, since="2026-12-01T12:00:00Z"
+    )
+    # Before the controller wrote anything: unavailable since the Deployment was created.
+    assert front_availability(created) == FrontAvailability(False, since="2026-12-01T11:00:00Z")
+
+
+def test_a_front_pod_says_what_its_container_does() -> None:
+    crashing = {
+        "metadata": {"name": "root-front-1"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "restartCount": 4,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}},
+                }
+            ],
+        },
+    }
+    assert front_pod_view(crashing) == FrontPodView(
+        "root-front-1", "Running", "waiting: CrashLoopBackOff (back-off 40s), restarted 4 times"
+    )
+    exited = {
+        "metadata": {"name": "p"},
+        "status": {"containerStatuses": [{"state": {"terminated": {"reason": "Error", "exitCode": 2}}}]},
+    }
+    assert front_pod_view(exited).state == "terminated: Error (exit 2)"
+    unscheduled = {
+        "metadata": {"name": "p", "deletionTimestamp": "x"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "message": "0/1 nodes"}],
+        },
+    }
+    assert front_pod_view(unscheduled) == FrontPodView("p", "Pending", "0/1 nodes", deleting=True)

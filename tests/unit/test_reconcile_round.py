@@ -40,7 +40,9 @@ def cluster(api: RecordingApi, **status: Any) -> None:
     """Shard root as stored, with its shared Secret and an up-to-date front."""
     shard = api.put(KCPSHARDS, shard_body(conditions=SEEN, **status))
     api.put(SECRETS, builders.shared_secret(shard, SPEC))
-    api.put(DEPLOYMENTS, builders.front_deployment(shard, SPEC))
+    front = builders.front_deployment(shard, SPEC)
+    front["status"] = {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}
+    api.put(DEPLOYMENTS, front)
 
 
 def running_slot(api: RecordingApi, slot: str, revision: str = REV, *, ready: bool = True) -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import pytest
-from tests.unit.test_roll_plan import STAMP, B, failed_condition, next_of, ready_slot, serving, slot
+import datetime
 
-from kcpshard.api.models import FrontStatus
+import pytest
+from tests.unit.test_roll_plan import SPEC, STAMP, T0, B, failed_condition, next_of, ready_slot, serving, slot
+
+from kcpshard.api.models import FrontStatus, KcpShardStatus
 from kcpshard.roll import plan
+from kcpshard.roll.observed import FrontAvailability, FrontPodView
 
 
 def test_front_confirming_the_ready_active_slot_is_steady() -> None:
@@ -47,3 +50,47 @@ def test_any_other_readyz_failure_is_the_slot() -> None:
 def test_a_slot_not_yet_reporting_ready_is_not_judged() -> None:
     # Ready=Unknown (an agent restarted and probes again): no verdict, the front decides
     assert isinstance(next_of(serving(), slot(B, port=4321)), plan.Steady)
+
+
+# ----- the front Deployment itself ---------------------------------------------------------------
+
+PENDING = FrontPodView("shard1-front-x1", "Pending", "waiting: ContainerCreating")
+SINCE = "2026-12-01T12:00:00Z"  # T0: unavailable since the plan's now
+
+
+def _down(*pods: FrontPodView) -> FrontAvailability:
+    return FrontAvailability(False, since=SINCE, pods=pods)
+
+
+def test_an_available_front_is_not_judged_further() -> None:
+    action = next_of(serving(), ready_slot(B), front_availability=FrontAvailability(True))
+    assert isinstance(action, plan.Steady)
+
+
+def test_a_new_shard_waits_for_its_front_until_the_timeout_then_stalls_naming_node_and_pod() -> None:
+    waiting = next_of(KcpShardStatus(), front_availability=_down(PENDING))
+    assert isinstance(waiting, plan.Wait) and waiting.until == T0 + datetime.timedelta(seconds=60)
+    assert "pod shard1-front-x1 is Pending (waiting: ContainerCreating)" in waiting.reason
+    late = T0 + datetime.timedelta(seconds=60)
+    stalled = next_of(KcpShardStatus(), front_availability=_down(PENDING), now=late)
+    assert isinstance(stalled, plan.Stall) and stalled.reason == "FrontFailed", stalled
+    assert "the front on node n1 has not been available for 60s" in stalled.message
+    assert "pod shard1-front-x1 is Pending" in stalled.message
+    nothing = next_of(KcpShardStatus(), front_availability=_down(), now=late)
+    assert isinstance(nothing, plan.Stall) and "no pod of deployment shard1-front exists" in nothing.message
+
+
+def test_a_serving_shard_whose_front_is_down_is_not_ready_at_once_then_front_failed() -> None:
+    crashed = FrontPodView("shard1-front-x1", "Running", "waiting: CrashLoopBackOff, restarted 3 times")
+    action = next_of(serving(), ready_slot(B), front_availability=_down(crashed))
+    assert isinstance(action, plan.Stall) and action.reason == "FrontNotServing", action
+    assert "CrashLoopBackOff" in action.message
+    late = T0 + datetime.timedelta(seconds=61)
+    action = next_of(serving(), ready_slot(B), front_availability=_down(crashed), now=late)
+    assert isinstance(action, plan.Stall) and action.reason == "FrontFailed", action
+
+
+def test_no_roll_starts_while_the_front_is_down() -> None:
+    spec = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version": "v0.33.0"})})
+    action = next_of(serving(), ready_slot(B), spec=spec, front_availability=_down(PENDING))
+    assert isinstance(action, plan.Stall), action

@@ -159,6 +159,15 @@ class RollSpec(Model):
     lease_timeout_seconds: Annotated[int, Field(alias="leaseTimeoutSeconds", ge=1, le=3600)] = 90
     probe_timeout_seconds: Annotated[int, Field(alias="probeTimeoutSeconds", ge=1, le=3600)] = 120
     drain_timeout_seconds: Annotated[int, Field(alias="drainTimeoutSeconds", ge=0, le=3600)] = 30
+    front_start_timeout_seconds: Annotated[
+        int,
+        Field(
+            alias="frontStartTimeoutSeconds",
+            ge=1,
+            le=3600,
+            description="A front Deployment not available this long stalls the shard as FrontFailed.",
+        ),
+    ] = 60
     backup: Annotated[bool, Field(description="Snapshot the store before each roll.")] = False
     backup_timeout_seconds: Annotated[int, Field(alias="backupTimeoutSeconds", ge=1, le=86400)] = 600
     allow_unsafe_side_by_side: Annotated[

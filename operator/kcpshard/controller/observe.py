@@ -36,6 +36,8 @@ from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.actions import Step
 from kcpshard.roll.observed import (
     BackupView,
+    FrontAvailability,
+    FrontPodView,
     FrontWorkload,
     JobView,
     LeaseReading,
@@ -114,7 +116,7 @@ class Observer:
             neighbours=self.index.neighbours(self.namespace, self.name, spec),
             root_shard=await self._root_shard(spec),
             shared_secret=await self._exists(SECRETS, names.shared_secret_name(self.name)),
-            front=await self._front(body, spec),
+            **await self._front(body, spec),
             **seen,
         )
 
@@ -150,18 +152,27 @@ class Observer:
             return False
         return True
 
-    async def _front(self, body: dict[str, Any], spec: KcpShardSpec) -> FrontWorkload:
-        """The front Deployment against the one this spec and this operator's image ask for."""
+    async def _front(self, body: dict[str, Any], spec: KcpShardSpec) -> dict[str, Any]:
+        """The front Deployment against the one this spec and this operator's image ask for, and whether
+        it is available (its pods read only when it is not, to say why)."""
         wanted = builders.front_deployment(
             body, spec, image=self.config.image, agent_command=self.config.agent_command
         )
         try:
             current = await self.api.get(DEPLOYMENTS, self.namespace, wanted["metadata"]["name"])
         except NotFound:
-            return FrontWorkload.ABSENT
+            return {"front": FrontWorkload.ABSENT}
         want = wanted["metadata"]["annotations"][builders.TEMPLATE_HASH]
         have = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH)
-        return FrontWorkload.CURRENT if have == want else FrontWorkload.STALE
+        availability = front_availability(current)
+        if not availability.available:
+            selector = f"{builders.LABEL_SHARD}={self.name},{builders.LABEL_COMPONENT}=front"
+            pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+            availability = replace(availability, pods=tuple(front_pod_view(p) for p in pods))
+        return {
+            "front": FrontWorkload.CURRENT if have == want else FrontWorkload.STALE,
+            "front_availability": availability,
+        }
 
     async def _observe_slots(
         self,
@@ -221,6 +232,49 @@ class Observer:
             why = job_view(job).message or "its pod failed"
             return BackupView(name, error=f"{why}; see kubectl logs job/{name}")
         return BackupView(name, report=result)
+
+
+def front_availability(deployment: Mapping[str, Any]) -> FrontAvailability:
+    """From the Deployment controller's `Available` condition; before it wrote one, from its replicas."""
+    status = deployment.get("status") or {}
+    found = cond.find(status.get("conditions"), "Available")
+    if found is not None:
+        available = found.get("status") == "True"
+        since = found.get("lastTransitionTime")
+    else:
+        available = int(status.get("availableReplicas") or 0) > 0
+        since = None
+    if available:
+        return FrontAvailability(True)
+    created = (deployment.get("metadata") or {}).get("creationTimestamp")
+    return FrontAvailability(False, since=str(since or created or "") or None)
+
+
+def front_pod_view(pod: Mapping[str, Any]) -> FrontPodView:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    states = []
+    for container in status.get("containerStatuses") or []:
+        for kind, detail in (container.get("state") or {}).items():
+            detail = detail or {}
+            why = detail.get("reason") or ""
+            if kind == "terminated" and detail.get("exitCode") is not None:
+                why = f"{why} (exit {detail['exitCode']})".strip()
+            elif detail.get("message"):
+                why = f"{why} ({detail['message']})".strip()
+            states.append(f"{kind}: {why}" if why else kind)
+        if container.get("restartCount"):
+            states.append(f"restarted {container['restartCount']} times")
+    unscheduled = [
+        c.get("message") or c.get("reason") or ""
+        for c in status.get("conditions") or []
+        if c.get("type") == "PodScheduled" and c.get("status") == "False"
+    ]
+    return FrontPodView(
+        name=str(meta.get("name") or ""),
+        phase=str(status.get("phase") or "Pending"),
+        state=", ".join(states or unscheduled),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
 
 
 def job_view(job: Mapping[str, Any]) -> JobView:

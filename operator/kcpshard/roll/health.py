@@ -8,14 +8,52 @@ operator could restart would help (a kcp whose store does not answer is not fixe
 
 from __future__ import annotations
 
+import datetime
+
+from kcpshard.api import conditions as cond
 from kcpshard.api.models import SlotName
 from kcpshard.k8s import names
-from kcpshard.roll.actions import Stall
-from kcpshard.roll.observed import Observed
+from kcpshard.roll.actions import Stall, Wait
+from kcpshard.roll.observed import FrontAvailability, Observed
 from kcpshard.roll.rollout import job_of
 
 # kcp's /readyz checks that depend on the store (k8s.io/apiserver's etcd health checks).
 _STORE_CHECKS = ("etcd", "etcd-readiness")
+
+
+def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
+    """None while the front Deployment is available. Else: FrontFailed once it has not been available for
+    roll.frontStartTimeoutSeconds, naming the node and its pods' state; before that a serving shard says
+    FrontNotServing (no client gets an answer meanwhile) and a new shard waits."""
+    availability = obs.front_availability
+    if availability is None or availability.available:
+        return None
+    timeout = obs.spec.roll.front_start_timeout_seconds
+    since = cond.parse_time(availability.since) if availability.since else obs.now
+    until = since + datetime.timedelta(seconds=timeout)
+    deployment = names.front_name(obs.name)
+    detail = _pods_state(availability, deployment)
+    where = f"the front on node {obs.spec.node}"
+    if obs.now >= until:
+        return Stall(
+            "FrontFailed",
+            f"{where} has not been available for {timeout}s: {detail}; see kubectl describe "
+            f"deployment/{deployment} and check that node {obs.spec.node} exists and runs pods",
+        )
+    if active is not None:
+        return Stall(
+            "FrontNotServing",
+            f"{where} is not running ({detail}); clients get no answers from revision "
+            f"{obs.status.active_revision} until it is",
+        )
+    return Wait(f"waiting for {where} to start ({detail})", until=until)
+
+
+def _pods_state(availability: FrontAvailability, deployment: str) -> str:
+    pods = [p for p in availability.pods if not p.deleting] or list(availability.pods)
+    if not pods:
+        return f"no pod of deployment {deployment} exists"
+    return "; ".join(f"pod {p.name} is {p.phase}" + (f" ({p.state})" if p.state else "") for p in pods)
 
 
 def serving_problem(obs: Observed, active: SlotName) -> Stall | None:

@@ -133,6 +133,28 @@ class FrontWorkload(enum.StrEnum):
     CURRENT = "Current"
 
 
+@dataclass(frozen=True)
+class FrontPodView:
+    """A pod of the front Deployment, as a person reads it in a message."""
+
+    name: str
+    phase: str  # Pending, Running, Failed ...
+    state: str = ""  # the container's: "waiting: CrashLoopBackOff (back-off 10s ...)", "running" ...
+    deleting: bool = False
+
+
+@dataclass(frozen=True)
+class FrontAvailability:
+    """The front Deployment's own availability (its controller's `Available` condition).
+
+    `pods` are read only while it is not available, to say why.
+    """
+
+    available: bool
+    since: str | None = None  # when it became unavailable (or was created), while it is not available
+    pods: tuple[FrontPodView, ...] = ()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Seen:
     """What every round reads first: the KcpShard itself."""
@@ -189,6 +211,8 @@ class Observed(Seen):
     root_shard: RootShardView | None = None  # only for a non-root shard that names its root
     shared_secret: bool = True
     front: FrontWorkload = FrontWorkload.CURRENT
+    # None: not read (no Deployment yet), taken as available.
+    front_availability: FrontAvailability | None = None
     # kcp's controller lease: read only when the plan asks for it (ReadKcpLease), else None.
     kcp_lease: LeaseReading | None = None
     # What the last action of this round saw, when the plan decides what follows from it.

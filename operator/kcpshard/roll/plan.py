@@ -443,6 +443,9 @@ def _start(obs: Observed) -> Action:
         return Stall(
             reason="FrontFailed", message=f"the front on node {obs.spec.node} cannot serve: {front.error}"
         )
+    down = health.front_down(obs, active)
+    if down is not None:
+        return down
     if active is not None and status.active_revision == obs.revision:
         down = health.serving_problem(obs, active)
         if down is not None:
