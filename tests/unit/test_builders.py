@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
+from kcpshard.agent import front
 from kcpshard.agent.storecheck import StoreTLS
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
 from kcpshard.k8s import backup_job, builders
@@ -69,9 +74,22 @@ def test_every_slot_gets_the_same_shard_urls() -> None:
     assert len(urls(SlotName.A)) == 3
 
 
-def test_front_deployment_recreates_on_the_node() -> None:
+def test_front_deployment_replaces_its_pod_make_before_break_on_the_node(tmp_path: Path) -> None:
     deployment = builders.front_deployment(SHARD, SPEC)
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    front_dir = _option(container["command"], "--state-dir")[0]
+    # The probe passes exactly while the agent's ready file (<front dir>/<pod>/serving) exists.
+    probe = [*container["readinessProbe"]["exec"]["command"][:3], str(tmp_path)]
+    env = {"POD_NAME": "root-front-x1", "PATH": os.environ["PATH"]}
+    assert subprocess.run(probe, env=env).returncode != 0
+    (tmp_path / "root-front-x1").mkdir()
+    (tmp_path / "root-front-x1" / front.READY_FILE).touch()
+    assert subprocess.run(probe, env=env).returncode == 0
+    assert front_dir.endswith("/front")
     pod = deployment["spec"]["template"]["spec"]
     assert pod["nodeName"] == "node-7" and pod["hostNetwork"] is True
     assert (

@@ -189,9 +189,15 @@ async def test_a_lease_that_cannot_be_read_is_an_observation_not_an_error() -> N
 def test_front_availability_follows_the_deployment_controllers_condition() -> None:
     created = {"metadata": {"creationTimestamp": "2026-12-01T11:00:00Z"}}
     down = {"type": "Available", "status": "False", "lastTransitionTime": "2026-12-01T12:00:00Z"}
-    assert front_availability(
-        {**created, "status": {"conditions": [{"type": "Available", "status": "True"}]}}
-    ) == (FrontAvailability(True))
+    up = {"type": "Available", "status": "True"}
+    whole = {"replicas": 1, "updatedReplicas": 1, "conditions": [up]}
+    assert front_availability({**created, "status": whole}) == FrontAvailability(True)
+    # A new template: the old pod serves, the new one is not available yet.
+    progress = {"type": "Progressing", "status": "True", "lastUpdateTime": "2026-12-01T12:01:00Z"}
+    replacing = {"replicas": 2, "updatedReplicas": 1, "conditions": [up, progress]}
+    assert front_availability({**created, "status": replacing}) == FrontAvailability(
+        True, replacing_since="2026-12-01T12:01:00Z"
+    )
     assert front_availability({**created, "status": {"conditions": [down]}}) == FrontAvailability(
         False, since="2026-12-01T12:00:00Z"
     )

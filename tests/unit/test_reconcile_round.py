@@ -41,7 +41,12 @@ def cluster(api: RecordingApi, **status: Any) -> None:
     shard = api.put(KCPSHARDS, shard_body(conditions=SEEN, **status))
     api.put(SECRETS, builders.shared_secret(shard, SPEC))
     front = builders.front_deployment(shard, SPEC)
-    front["status"] = {"availableReplicas": 1, "conditions": [{"type": "Available", "status": "True"}]}
+    front["status"] = {
+        "replicas": 1,
+        "updatedReplicas": 1,
+        "availableReplicas": 1,
+        "conditions": [{"type": "Available", "status": "True"}],
+    }
     api.put(DEPLOYMENTS, front)
 
 

@@ -5,11 +5,22 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from tests.unit.test_roll_plan import SPEC, STAMP, T0, B, failed_condition, next_of, ready_slot, serving, slot
+from tests.unit.test_roll_plan import (
+    SPEC,
+    STAMP,
+    T0,
+    B,
+    failed_condition,
+    next_of,
+    ready_slot,
+    serving,
+    slot,
+    started,
+)
 
 from kcpshard.api.models import FrontStatus, KcpShardStatus
 from kcpshard.roll import plan
-from kcpshard.roll.observed import FrontAvailability, FrontPodView
+from kcpshard.roll.observed import FrontAvailability, FrontPodView, FrontWorkload
 
 
 def test_front_confirming_the_ready_active_slot_is_steady() -> None:
@@ -94,3 +105,23 @@ def test_no_roll_starts_while_the_front_is_down() -> None:
     spec = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version": "v0.33.0"})})
     action = next_of(serving(), ready_slot(B), spec=spec, front_availability=_down(PENDING))
     assert isinstance(action, plan.Stall), action
+
+
+def test_a_replacement_front_is_waited_for_then_failed_while_the_old_one_serves() -> None:
+    replacing = FrontAvailability(True, replacing_since=SINCE, pods=(PENDING,))
+    waiting = next_of(serving(), ready_slot(B), front_availability=replacing)
+    assert isinstance(waiting, plan.Wait) and "is being replaced" in waiting.reason
+    late = T0 + datetime.timedelta(seconds=60)
+    stalled = next_of(serving(), ready_slot(B), front_availability=replacing, now=late)
+    assert isinstance(stalled, plan.Stall) and stalled.reason == "FrontFailed", stalled
+    assert "the new front on node n1 did not become ready within 60s" in stalled.message
+    assert "the front it replaces serves on" in stalled.message
+
+
+NEWER = SPEC.model_copy(update={"kcp": SPEC.kcp.model_copy(update={"version": "v0.33.0"})})
+
+
+def test_a_stale_front_waits_for_the_roll_under_way() -> None:
+    rolling = serving().model_copy(update={"rollout": started(next_of(serving(), ready_slot(B), spec=NEWER))})
+    assert not isinstance(next_of(rolling, ready_slot(B), front=FrontWorkload.STALE), plan.UpdateFront)
+    assert isinstance(next_of(serving(), ready_slot(B), front=FrontWorkload.STALE), plan.UpdateFront)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -41,7 +42,8 @@ from pydantic import ValidationError
 from kcpshard.agent.haproxy import SLOTS, HAProxy, HAProxyBindError, HAProxyError, check_bindable
 from kcpshard.api.conditions import now
 from kcpshard.api.models import FrontSpec
-from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound
+from kcpshard.k8s.api import KCPSHARDS, PODS, ApiClient, ApiError, NotFound
+from kcpshard.k8s.builders import LABEL_COMPONENT, LABEL_SHARD
 from kcpshard.k8s.kubeconfig import KubeconfigError
 
 log = logging.getLogger("kcpshard.agent.front")
@@ -51,6 +53,10 @@ MAX_BACKOFF_SECONDS = 30.0
 PAIR = 2
 # Between failed starts of HAProxy: the first retry soon (a port freed a moment later), then capped.
 START_BACKOFF_SECONDS = (1.0, 10.0)
+# The readiness probe of the front's pod tests this file in the agent's state dir.
+READY_FILE = "serving"
+# On SIGTERM, connections through the front get this long to finish (the pod's grace is 10 s).
+STOP_GRACE_SECONDS = 7.0
 # Errors the loop survives: the API server or HAProxy being away for a while is expected.
 _TRANSIENT = (ApiError, httpx.HTTPError, HAProxyError, OSError)
 
@@ -69,6 +75,8 @@ class FrontAgent:
         report_interval: float = 1.0,
         start_backoff: tuple[float, float] = START_BACKOFF_SECONDS,
         pair: int = PAIR,
+        pod: str | None = None,
+        stop_grace: float = STOP_GRACE_SECONDS,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -96,6 +104,12 @@ class FrontAgent:
         self._next_start = 0.0  # loop time of the next start attempt
         self._announce = False  # a freshly started HAProxy: report observedAt even without a backend
         self._target: tuple[str, int] | None = None  # last backend applied, kept across HAProxy restarts
+        self.pod = pod  # this agent's pod: another running front pod of the shard may share the port
+        self.stop_grace = stop_grace
+        # Exists while every member serves the desired backend: the pod's readiness probe tests it, so
+        # a replacement front is Ready (and the old one goes) only once it serves.
+        self.ready_file = state_dir / READY_FILE
+        self._ready = False
 
     # -- start-up ---------------------------------------------------------------------------------------
 
@@ -170,8 +184,10 @@ class FrontAgent:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-            for member in self.members:
-                await member.stop()
+            self._mark_ready(False)
+            # Soft stop: the listeners close at once (a replacement front's take every new connection),
+            # the connections in flight finish within the grace period.
+            await asyncio.gather(*(member.soft_stop(self.stop_grace) for member in self.members))
         log.info("front of %s/%s stopped", self.namespace, self.shard)
         return 0
 
@@ -220,6 +236,7 @@ class FrontAgent:
             patch["error"] = self._error  # None clears it (merge patch)
         if self._restarts and front_status.get("restarts") != self._restarts:
             patch.update(restarts=self._restarts, lastRestart=self._last_restart)
+        self._mark_ready(self._serves_desired(running, front_status))
         if patch:
             self._obj = await self.api.patch(
                 KCPSHARDS, self.namespace, self.shard, {"status": {"front": patch}}, subresource="status"
@@ -228,6 +245,44 @@ class FrontAgent:
                 self._reported_connections = patch["connections"]
             if "observedAt" in patch:
                 self._announce = False
+
+    def _serves_desired(self, running: list[int], front_status: dict[str, Any]) -> bool:
+        """Every member runs and serves the desired backend (a new shard, with none yet: listens)."""
+        if len(running) < self.pair:
+            return False
+        desired = self._desired(front_status)
+        return desired is None or all(self._applied.get(index) == desired for index in running)
+
+    def _mark_ready(self, ready: bool) -> None:
+        if ready == self._ready:
+            return
+        try:
+            if ready:
+                self.ready_file.parent.mkdir(parents=True, exist_ok=True)
+                self.ready_file.touch()
+            else:
+                self.ready_file.unlink(missing_ok=True)
+        except OSError as exc:
+            self._problem(f"cannot mark the front ready in {self.ready_file}: {_short(exc)}")
+            return
+        self._ready = ready
+
+    async def _replaced_front(self) -> list[str]:
+        """Other running pods of this shard's front: while the Deployment replaces this front, the old pod
+        holds the port, and the new one shares it (SO_REUSEPORT) rather than waiting for it to go."""
+        if self.pod is None:
+            return []
+        selector = f"{LABEL_SHARD}={self.shard},{LABEL_COMPONENT}=front"
+        try:
+            pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+        except _TRANSIENT as exc:
+            self._problem(f"cannot list the front's pods: {_short(exc)}")
+            return []
+        return [
+            str(p["metadata"]["name"])
+            for p in pods
+            if p["metadata"].get("name") != self.pod and (p.get("status") or {}).get("phase") == "Running"
+        ]
 
     async def _apply(self, running: list[int], backend: tuple[str, int]) -> None:
         """Point every running member at `backend` (each that does not serve it yet)."""
@@ -318,8 +373,8 @@ class FrontAgent:
                 continue
             try:
                 if not self._serving:
-                    # None of ours holds the port, so nobody else may: sharing it needs our own process.
-                    check_bindable(member.bind_address, member.bind_port)
+                    # None of ours holds the port, so nobody else may, but the front pod this one replaces.
+                    await self._check_port(member)
                 await member.start(backend=self._target)
             except HAProxyBindError as exc:
                 self._start_failed(exc.message(self._node()))
@@ -337,6 +392,19 @@ class FrontAgent:
             self._applied[index] = self._target  # started pointing at it
             self._start_failures = 0
             self._set_error(None)
+
+    async def _check_port(self, member: HAProxy) -> None:
+        try:
+            check_bindable(member.bind_address, member.bind_port)
+        except HAProxyBindError as exc:
+            if exc.code != errno.EADDRINUSE:
+                raise
+            holders = await self._replaced_front()
+            if not holders:
+                raise
+            self._warn_once(
+                f"sharing the front port with pod {', '.join(holders)} of this front, being replaced"
+            )
 
     def _died(self) -> bool:
         """A member was serving and has exited since (not yet noticed by ``_ensure_haproxy``)."""
@@ -461,12 +529,22 @@ async def _main(args: argparse.Namespace) -> int:
         return 2
     namespace = args.namespace or api.default_namespace
     state_dir = args.state_dir or Path("/var/lib/kcpshard/front") / namespace / args.shard
+    pod = os.environ.get("POD_NAME") or None
+    if pod is not None:
+        # A folder per pod: a replacement front runs beside the one it replaces.
+        state_dir = state_dir / pod
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     agent = FrontAgent(
-        api, namespace, args.shard, state_dir, binary=args.haproxy, report_interval=args.report_interval
+        api,
+        namespace,
+        args.shard,
+        state_dir,
+        binary=args.haproxy,
+        report_interval=args.report_interval,
+        pod=pod,
     )
     try:
         return await agent.run(stop)

@@ -365,6 +365,17 @@ class HAProxy:
             raise HAProxyError("haproxy was not started")
         return await self._proc.wait()
 
+    async def soft_stop(self, grace: float) -> None:
+        """SIGUSR1 (HAProxy's soft stop: it stops listening at once and lets open connections finish),
+        then `stop()` for whatever is left after `grace` seconds."""
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGUSR1)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), grace)
+        await self.stop()
+
     async def stop(self) -> None:
         """SIGTERM (HAProxy's hard stop: every connection closes), SIGKILL after a grace period."""
         proc = self._proc

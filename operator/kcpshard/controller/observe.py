@@ -165,7 +165,7 @@ class Observer:
         want = wanted["metadata"]["annotations"][builders.TEMPLATE_HASH]
         have = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH)
         availability = front_availability(current)
-        if not availability.available:
+        if not availability.available or availability.replacing_since is not None:
             selector = f"{builders.LABEL_SHARD}={self.name},{builders.LABEL_COMPONENT}=front"
             pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
             availability = replace(availability, pods=tuple(front_pod_view(p) for p in pods))
@@ -236,7 +236,8 @@ class Observer:
 
 def front_availability(deployment: Mapping[str, Any]) -> FrontAvailability:
     """From the Deployment controller's `Available` condition; before it wrote one, from its replicas."""
-    status = deployment.get("status") or {}
+    status, meta = deployment.get("status") or {}, deployment.get("metadata") or {}
+    created = meta.get("creationTimestamp")
     found = cond.find(status.get("conditions"), "Available")
     if found is not None:
         available = found.get("status") == "True"
@@ -244,10 +245,21 @@ def front_availability(deployment: Mapping[str, Any]) -> FrontAvailability:
     else:
         available = int(status.get("availableReplicas") or 0) > 0
         since = None
-    if available:
+    if not available:
+        return FrontAvailability(False, since=str(since or created or "") or None)
+    # Available, but is a replacement on its way? Pods of the current template not all available yet
+    # (or the controller has not seen the new template): since its last progress.
+    wanted = int((deployment.get("spec") or {}).get("replicas") or 1)
+    seen = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
+    if (
+        seen
+        and int(status.get("updatedReplicas") or 0) >= wanted
+        and int(status.get("replicas") or 0) <= wanted
+    ):
         return FrontAvailability(True)
-    created = (deployment.get("metadata") or {}).get("creationTimestamp")
-    return FrontAvailability(False, since=str(since or created or "") or None)
+    progressing = cond.find(status.get("conditions"), "Progressing") or {}
+    progress = progressing.get("lastUpdateTime") or progressing.get("lastTransitionTime") or created
+    return FrontAvailability(True, replacing_since=str(progress or "") or None)
 
 
 def front_pod_view(pod: Mapping[str, Any]) -> FrontPodView:

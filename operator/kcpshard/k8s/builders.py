@@ -31,6 +31,10 @@ DEFAULT_IMAGE = "kcpshard:0.1.0"
 STOP_MARGIN_SECONDS = 20
 
 
+# The front pod's readiness: its agent keeps <front dir>/<pod>/serving while every HAProxy serves.
+READY_TEST = 'test -e "$0/$POD_NAME/serving"'
+
+
 def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "kcp",
@@ -264,6 +268,8 @@ def front_deployment(
     meta = shard_obj["metadata"]
     shard, namespace = meta["name"], meta["namespace"]
     volume, mount = _state_volume()
+    # The agent keeps each pod's HAProxy state in <front dir>/<pod name> (from POD_NAME).
+    front_dir = f"{shard_state_dir(namespace, shard)}/front"
     command = [
         *agent_command,
         "agent",
@@ -273,7 +279,7 @@ def front_deployment(
         "--shard",
         shard,
         "--state-dir",
-        f"{shard_state_dir(namespace, shard)}/front",
+        front_dir,
     ]
     pod_labels = labels(shard, "front")
     deployment: dict[str, Any] = {
@@ -287,8 +293,10 @@ def front_deployment(
         },
         "spec": {
             "replicas": 1,
-            # Two fronts cannot bind one port on one node.
-            "strategy": {"type": "Recreate"},
+            # Make before break: a replacement front starts beside the old one and shares its port
+            # (SO_REUSEPORT); the old one goes only once the new one is Ready, i.e. serves the desired
+            # backend. A replacement that never comes up leaves the old one serving.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "selector": {"matchLabels": {LABEL_SHARD: shard, LABEL_COMPONENT: "front"}},
             "template": {
                 "metadata": {"labels": pod_labels},
@@ -304,6 +312,16 @@ def front_deployment(
                             "command": command,
                             "env": _downward_env(),
                             "volumeMounts": [mount],
+                            # The agent keeps <front dir>/<pod>/serving while it serves; a shell test
+                            # costs the node next to nothing each second. $0 is a plain argument, so the
+                            # path is the node's (or, under the workload runner, mapped like any other).
+                            "readinessProbe": {
+                                "exec": {
+                                    "command": ["sh", "-c", 'test -e "$0/$POD_NAME/serving"', front_dir]
+                                },
+                                "periodSeconds": 1,
+                                "failureThreshold": 1,
+                            },
                             "securityContext": agent_security_context(bind_below_1024=spec.front.port < 1024),
                         }
                     ],

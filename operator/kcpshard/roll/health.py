@@ -26,8 +26,10 @@ def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
     roll.frontStartTimeoutSeconds, naming the node and its pods' state; before that a serving shard says
     FrontNotServing (no client gets an answer meanwhile) and a new shard waits."""
     availability = obs.front_availability
-    if availability is None or availability.available:
+    if availability is None:
         return None
+    if availability.available:
+        return _replacement_stuck(obs, availability)
     timeout = obs.spec.roll.front_start_timeout_seconds
     since = cond.parse_time(availability.since) if availability.since else obs.now
     until = since + datetime.timedelta(seconds=timeout)
@@ -47,6 +49,26 @@ def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
             f"{obs.status.active_revision} until it is",
         )
     return Wait(f"waiting for {where} to start ({detail})", until=until)
+
+
+def _replacement_stuck(obs: Observed, availability: FrontAvailability) -> Stall | Wait | None:
+    """A replacement front (a changed template) starts beside the serving one, which goes only once the
+    new one is Ready: FrontFailed when it has made no progress for the timeout (the old one serves on);
+    before that, wait, so no roll flips while two fronts run."""
+    if availability.replacing_since is None:
+        return None
+    timeout = obs.spec.roll.front_start_timeout_seconds
+    until = cond.parse_time(availability.replacing_since) + datetime.timedelta(seconds=timeout)
+    deployment = names.front_name(obs.name)
+    detail = _pods_state(availability, deployment)
+    if obs.now >= until:
+        serves = "the front it replaces serves on" if obs.status.active_slot else "nothing serves yet"
+        return Stall(
+            "FrontFailed",
+            f"the new front on node {obs.spec.node} did not become ready within {timeout}s ({detail}); "
+            f"{serves}: see kubectl describe deployment/{deployment}",
+        )
+    return Wait(f"the front on node {obs.spec.node} is being replaced ({detail})", until=until)
 
 
 def _pods_state(availability: FrontAvailability, deployment: str) -> str:

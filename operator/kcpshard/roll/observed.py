@@ -147,12 +147,14 @@ class FrontPodView:
 class FrontAvailability:
     """The front Deployment's own availability (its controller's `Available` condition).
 
-    `pods` are read only while it is not available, to say why.
+    `pods` are read only while it is not available or being replaced, to say why.
     """
 
     available: bool
     since: str | None = None  # when it became unavailable (or was created), while it is not available
     pods: tuple[FrontPodView, ...] = ()
+    # A replacement pod is on its way (a changed template): since when it has made no progress.
+    replacing_since: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

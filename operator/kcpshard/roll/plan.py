@@ -210,6 +210,8 @@ def _shard_objects(obs: Observed) -> Action | None:
         return CreateSharedSecret()
     if obs.front is FrontWorkload.CURRENT or invalid(obs):
         return None  # an invalid spec gets no new front: it might contend for another shard's port
+    if obs.front is FrontWorkload.STALE and obs.status.rollout is not None:
+        return None  # a roll flips through the front it started with; the new one comes after it
     return CreateFront() if obs.front is FrontWorkload.ABSENT else UpdateFront()
 
 
