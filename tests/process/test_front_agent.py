@@ -537,3 +537,22 @@ async def test_agent_retries_a_taken_port_with_backoff_and_logs_it_once(
             assert "serves again" in caplog.text
     finally:
         taken.close()
+
+
+async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
+    tmp_path: Path, front_port: int
+) -> None:
+    stub = StubApi(shard_body(front_port))
+    state = tmp_path / "front" / "root-front-x1"
+    async with running_agent(stub, state, pod="root-front-x1"):
+        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
+    assert "restarts" not in stub.front()  # a first start is no restart
+    async with running_agent(stub, state, pod="root-front-x1"):
+        await eventually(lambda: holds(stub.front().get("restarts") == 1))
+    assert stub.front()["lastRestart"].startswith(
+        "front agent in pod root-front-x1 exited and was started again"
+    )
+    # Another pod (a new state dir) starts afresh: no restart of its own.
+    async with running_agent(stub, tmp_path / "front" / "root-front-x2", pod="root-front-x2"):
+        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
+    assert stub.front()["restarts"] == 1

@@ -55,6 +55,8 @@ PAIR = 2
 START_BACKOFF_SECONDS = (1.0, 10.0)
 # The readiness probe of the front's pod tests this file in the agent's state dir.
 READY_FILE = "serving"
+# Left in the state dir by the agent's first start in a pod: a later start there is a restart.
+STARTED_FILE = "started"
 # On SIGTERM, connections through the front get this long to finish (the pod's grace is 10 s).
 STOP_GRACE_SECONDS = 7.0
 # Errors the loop survives: the API server or HAProxy being away for a while is expected.
@@ -153,6 +155,7 @@ class FrontAgent:
             return 2
         if front is None:
             return 0
+        self._count_own_restart()
         self.members = self._new_members(front)
         watcher = asyncio.create_task(self._watch())
         failures = 0
@@ -245,6 +248,22 @@ class FrontAgent:
                 self._reported_connections = patch["connections"]
             if "observedAt" in patch:
                 self._announce = False
+
+    def _count_own_restart(self) -> None:
+        """An agent started again in the same pod (its container crashed or was killed) finds the marker
+        its first start left in the pod's state dir: a restart, counted and reported like HAProxy's."""
+        marker = self.state_dir / STARTED_FILE
+        try:
+            if marker.exists():
+                self._restarts += 1
+                where = f" in pod {self.pod}" if self.pod else ""
+                self._last_restart = f"front agent{where} exited and was started again at {now()}"
+                log.warning("front of %s/%s: %s", self.namespace, self.shard, self._last_restart)
+            else:
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+        except OSError as exc:
+            self._problem(f"cannot keep the start marker {marker}: {_short(exc)}")
 
     def _serves_desired(self, running: list[int], front_status: dict[str, Any]) -> bool:
         """Every member runs and serves the desired backend (a new shard, with none yet: listens)."""

@@ -418,10 +418,14 @@ class FrontStatus(Model):
         Field(description="Why the front cannot serve, as its agent sees it; cleared once it serves."),
     ] = None
     restarts: Annotated[
-        int, Field(ge=0, description="HAProxy processes of the front that died and were started again.")
+        int,
+        Field(
+            ge=0, description="Processes of the front (HAProxy, its agent) that died and were started again."
+        ),
     ] = 0
     last_restart: Annotated[
-        str | None, Field(alias="lastRestart", description="Which HAProxy process died last, how and when.")
+        str | None,
+        Field(alias="lastRestart", description="Which process of the front died last, how and when."),
     ] = None
     restarts_reported: Annotated[
         int | None,

@@ -112,7 +112,8 @@ class StatusWriter:
             self.event(
                 obs,
                 "FrontRestarted",
-                f"an HAProxy process of the front on node {obs.spec.node} died and was started again {times} "
+                f"a process of the front on node {obs.spec.node} (HAProxy or the front agent) died and was "
+                f"started again {times} "
                 f"({action.total} in all; last: {action.last}); "
                 f"see kubectl logs deployment/{names.front_name(obs.name)}",
                 warning=True,
