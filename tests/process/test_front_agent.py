@@ -324,6 +324,7 @@ class StubApi:
         self.obj = obj
         self.obj["metadata"]["resourceVersion"] = "1"
         self.obj["status"] = {}
+        self.pods: list[str] = []
         self.patches: list[dict[str, Any]] = []
         self._watchers: list[asyncio.Queue[dict[str, Any]]] = []
         self.agent: FrontAgent | None = None
@@ -359,6 +360,10 @@ class StubApi:
         merge_patch(self.obj, patch)
         self._changed()
         return copy.deepcopy(self.obj)
+
+    async def list(self, ref: ResourceRef, namespace: str | None, **kw: Any) -> dict[str, Any]:
+        """The front's pods: none but those a test names."""
+        return {"items": [{"metadata": {"name": n}, "status": {"phase": "Running"}} for n in self.pods]}
 
     async def watch_forever(self, ref: ResourceRef, namespace: str | None, **kw: Any) -> AsyncIterator[Any]:
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -543,16 +548,18 @@ async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
     tmp_path: Path, front_port: int
 ) -> None:
     stub = StubApi(shard_body(front_port))
-    state = tmp_path / "front" / "root-front-x1"
-    async with running_agent(stub, state, pod="root-front-x1"):
+    first, second = "alpha-front-x1", "alpha-front-x2"
+    stub.pods = [first]
+    async with running_agent(stub, tmp_path / "front" / first, pod=first):
         await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
     assert "restarts" not in stub.front()  # a first start is no restart
-    async with running_agent(stub, state, pod="root-front-x1"):
+    async with running_agent(stub, tmp_path / "front" / first, pod=first):
         await eventually(lambda: holds(stub.front().get("restarts") == 1))
-    assert stub.front()["lastRestart"].startswith(
-        "front agent in pod root-front-x1 exited and was started again"
-    )
-    # Another pod (a new state dir) starts afresh: no restart of its own.
-    async with running_agent(stub, tmp_path / "front" / "root-front-x2", pod="root-front-x2"):
-        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
+    last = stub.front()["lastRestart"]
+    assert last.startswith(f"front agent in pod {first} exited and was started again"), last
+    # Another pod (a new state dir) starts afresh, and forgets the state of a pod that is gone.
+    stub.pods = [second]
+    async with running_agent(stub, tmp_path / "front" / second, pod=second) as agent:
+        await eventually(lambda: holds(agent.ready_file.exists()))  # both of its HAProxy listen
     assert stub.front()["restarts"] == 1
+    assert sorted(p.name for p in (tmp_path / "front").iterdir()) == [second]

@@ -30,6 +30,7 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -45,6 +46,7 @@ from kcpshard.api.models import FrontSpec
 from kcpshard.k8s.api import KCPSHARDS, PODS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.builders import LABEL_COMPONENT, LABEL_SHARD
 from kcpshard.k8s.kubeconfig import KubeconfigError
+from kcpshard.k8s.names import front_name
 
 log = logging.getLogger("kcpshard.agent.front")
 
@@ -156,6 +158,7 @@ class FrontAgent:
         if front is None:
             return 0
         self._count_own_restart()
+        await self._forget_gone_pods()
         self.members = self._new_members(front)
         watcher = asyncio.create_task(self._watch())
         failures = 0
@@ -265,6 +268,26 @@ class FrontAgent:
         except OSError as exc:
             self._problem(f"cannot keep the start marker {marker}: {_short(exc)}")
 
+    async def _forget_gone_pods(self) -> None:
+        """Remove the state dirs of this front's pods that no longer exist (each pod has its own)."""
+        if self.pod is None:
+            return
+        try:
+            live = set(await self._front_pods())
+        except _TRANSIENT as exc:
+            self._problem(f"cannot list the front's pods: {_short(exc)}")
+            return
+        prefix = f"{front_name(self.shard)}-"
+        for entry in self.state_dir.parent.iterdir():
+            if entry.is_dir() and entry.name.startswith(prefix) and entry.name not in live | {self.pod}:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    async def _front_pods(self) -> dict[str, str]:
+        """This shard's front pods: name -> phase."""
+        selector = f"{LABEL_SHARD}={self.shard},{LABEL_COMPONENT}=front"
+        pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+        return {str(p["metadata"]["name"]): str((p.get("status") or {}).get("phase")) for p in pods}
+
     def _serves_desired(self, running: list[int], front_status: dict[str, Any]) -> bool:
         """Every member runs and serves the desired backend (a new shard, with none yet: listens)."""
         if len(running) < self.pair:
@@ -291,17 +314,12 @@ class FrontAgent:
         holds the port, and the new one shares it (SO_REUSEPORT) rather than waiting for it to go."""
         if self.pod is None:
             return []
-        selector = f"{LABEL_SHARD}={self.shard},{LABEL_COMPONENT}=front"
         try:
-            pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+            pods = await self._front_pods()
         except _TRANSIENT as exc:
             self._problem(f"cannot list the front's pods: {_short(exc)}")
             return []
-        return [
-            str(p["metadata"]["name"])
-            for p in pods
-            if p["metadata"].get("name") != self.pod and (p.get("status") or {}).get("phase") == "Running"
-        ]
+        return [name for name, phase in pods.items() if name != self.pod and phase == "Running"]
 
     async def _apply(self, running: list[int], backend: tuple[str, int]) -> None:
         """Point every running member at `backend` (each that does not serve it yet)."""
