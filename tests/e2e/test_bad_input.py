@@ -13,6 +13,7 @@ Every fault is real: a listening socket holds the port, the store endpoint is a 
 from __future__ import annotations
 
 import copy
+import json
 import socket
 from pathlib import Path
 from typing import Any
@@ -357,3 +358,44 @@ async def test_unreachable_store_stalls_before_kcp_ever_starts(tmp_path: Path, r
         # The host agent's log says why it never started kcp.
         logs = "\n".join(p.read_text(errors="replace") for p in sandbox.rglob("*.log") if "root-a-" in str(p))
         assert "none of the store endpoints answered" in logs
+
+
+# ----- refused by the API server at run time -----------------------------------------------------
+
+
+def _operator_role(stack: Stack) -> dict[str, Any]:
+    return json.loads(stack.kubectl("get", "clusterrole", "kcpshard-operator", "-o", "json").stdout)
+
+
+def _replace_role(stack: Stack, tmp_path: Path, role: dict[str, Any]) -> None:
+    role["metadata"] = {"name": role["metadata"]["name"]}  # no resourceVersion: replace what is there
+    path = tmp_path / "role.json"
+    path.write_text(json.dumps(role))
+    stack.kubectl("replace", "-f", str(path))
+
+
+async def test_a_request_rbac_forbids_stalls_with_the_servers_message_until_it_is_allowed(
+    tmp_path: Path,
+) -> None:
+    async with running_stack(tmp_path / "stack") as stack:
+        role = _operator_role(stack)
+        allowed = copy.deepcopy(role)
+        for rule in role["rules"]:
+            if rule.get("resources") == ["deployments"]:
+                rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
+        _replace_role(stack, tmp_path, role)
+        kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
+        code, output = _apply(stack, tmp_path, _manifest(stack, "root", free_port(), kcp=kcp))
+        assert code == 0, output
+        shard = await scenario.wait_stalled(stack, "root", timeout=60)
+        stalled = scenario.condition(shard, "Stalled")
+        print(stalled)
+        assert stalled["reason"] == "ApiRejected", stalled
+        assert "(403 Forbidden)" in stalled["message"]
+        assert 'cannot create resource "deployments"' in stalled["message"]  # the API server's own words
+        event = await scenario.wait_event(stack, "root", "ApiRejected")
+        assert event["type"] == "Warning"
+        # Allowed again: the operator asks again (a change of the shard wakes it at once) and goes on.
+        _replace_role(stack, tmp_path, allowed)
+        stack.kubectl("annotate", "kshard", "root", "example.com/touched=1")
+        await scenario.wait_ready(stack, "root", timeout=120)
