@@ -44,6 +44,17 @@ def _apply(stack: Stack, tmp_path: Path, manifest: dict[str, Any]) -> tuple[int,
     return done.returncode, done.stdout + done.stderr
 
 
+async def _stalled_after_apply(stack: Stack, tmp_path: Path, manifest: dict[str, Any], reason: str) -> str:
+    """`kubectl apply` of the manifest, accepted; the shard ends Stalled for `reason`: its message."""
+    code, output = _apply(stack, tmp_path, manifest)
+    assert code == 0, output
+    name = manifest["metadata"]["name"]
+    stalled = scenario.condition(await scenario.wait_stalled(stack, name, timeout=60), "Stalled")
+    print(stalled)
+    assert stalled["reason"] == reason, stalled
+    return str(stalled["message"])
+
+
 def _stalled_reason(stack: Stack, name: str) -> str:
     done = stack.kubectl(
         "get", "kshard", name, "-o", 'jsonpath={.status.conditions[?(@.type=="Stalled")].reason}'
@@ -265,15 +276,12 @@ async def test_front_port_held_by_another_process_stalls_then_recovers_when_rele
         holder.listen()
         port = int(holder.getsockname()[1])
         async with running_stack(tmp_path / "stack") as stack:
-            code, output = _apply(stack, tmp_path, _manifest(stack, "root", port, kcp=kcp))
-            assert code == 0, output
-            shard = await scenario.wait_stalled(stack, "root", timeout=60)
-            stalled = scenario.condition(shard, "Stalled")
-            print(stalled)
-            assert stalled["reason"] == "FrontFailed", stalled
-            assert "the front on node local-node cannot serve" in stalled["message"]
-            assert f"127.0.0.1:{port}" in stalled["message"]
-            assert "already in use" in stalled["message"]
+            message = await _stalled_after_apply(
+                stack, tmp_path, _manifest(stack, "root", port, kcp=kcp), "FrontFailed"
+            )
+            assert "the front on node local-node cannot serve" in message
+            assert f"127.0.0.1:{port}" in message
+            assert "already in use" in message
             assert _stalled_reason(stack, "root") == "FrontFailed"
             event = await scenario.wait_event(stack, "root", "FrontFailed")
             assert event["type"] == "Warning"
@@ -385,14 +393,10 @@ async def test_a_request_rbac_forbids_stalls_with_the_servers_message_until_it_i
                 rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
         _replace_role(stack, tmp_path, role)
         kcp = {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
-        code, output = _apply(stack, tmp_path, _manifest(stack, "root", free_port(), kcp=kcp))
-        assert code == 0, output
-        shard = await scenario.wait_stalled(stack, "root", timeout=60)
-        stalled = scenario.condition(shard, "Stalled")
-        print(stalled)
-        assert stalled["reason"] == "ApiRejected", stalled
-        assert "(403 Forbidden)" in stalled["message"]
-        assert 'cannot create resource "deployments"' in stalled["message"]  # the API server's own words
+        manifest = _manifest(stack, "root", free_port(), kcp=kcp)
+        message = await _stalled_after_apply(stack, tmp_path, manifest, "ApiRejected")
+        assert "(403 Forbidden)" in message
+        assert 'cannot create resource "deployments"' in message  # the API server's own words
         event = await scenario.wait_event(stack, "root", "ApiRejected")
         assert event["type"] == "Warning"
         # Allowed again: the operator asks again (a change of the shard wakes it at once) and goes on.
