@@ -160,6 +160,18 @@ def test_a_tls_store_names_its_secret_to_the_agent_and_kcp_reads_the_files_it_wr
         assert any(arg.endswith(f"={root}/{relative}") for arg in command), relative
 
 
+def test_a_kine_store_runs_kine_with_its_dsn_from_the_secret_and_never_on_a_command_line() -> None:
+    raw = SPEC.model_dump(by_alias=True, exclude_none=True)
+    raw["store"] = {"kine": {"endpointSecretRef": {"name": "pg"}, "binary": "/opt/kine"}}
+    job = builders.slot_job(SHARD, KcpShardSpec.model_validate(raw), _slot())
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert _option(_agent_args(job), "--kine") == ["/opt/kine"]
+    assert "--etcd-servers={kine}" in container["command"]
+    assert _option(_agent_args(job), "--store-endpoint") == []
+    env = {e["name"]: e for e in container["env"]}
+    assert env["KINE_ENDPOINT"]["valueFrom"] == {"secretKeyRef": {"name": "pg", "key": "endpoint"}}
+
+
 def test_non_root_slot_agent_writes_the_kubeconfigs_from_their_secrets() -> None:
     spec = KcpShardSpec.model_validate(
         {

@@ -108,12 +108,15 @@ def test_kine_store_uses_the_override_and_no_etcd_flags() -> None:
         kcp_start_args(kine, PATHS)
 
 
-def test_kine_args_bind_a_free_loopback_port() -> None:
-    assert kine_args("postgres://u:p@db/kcp") == [
-        "--endpoint=postgres://u:p@db/kcp",
-        "--listen-address=127.0.0.1:0",
-        "--metrics-bind-address=0",
-    ]
+def test_kine_args_bind_a_free_loopback_port_and_hold_no_dsn() -> None:
+    assert kine_args() == ["--listen-address=127.0.0.1:0", "--metrics-bind-address=0"]
+
+
+def test_a_kine_store_with_a_backup_is_refused() -> None:
+    kine = {"kine": {"endpointSecretRef": {"name": "dsn"}}}
+    assert validate(spec(store=kine)) == []
+    problems = validate(spec(store=kine, roll={"backup": True}))
+    assert any("roll.backup snapshots an etcd store" in m for m in problems), problems
 
 
 def test_shard_name_row() -> None:

@@ -15,7 +15,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
 PR_SET_PDEATHSIG = 1
@@ -35,10 +35,17 @@ def die_with_parent(parent_pid: int) -> None:
 class Child:
     """A running kcp: its process, and the tail of its stderr for the exit report."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, tail_lines: int, out: BinaryIO):
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        tail_lines: int,
+        out: BinaryIO,
+        on_line: Callable[[str], None] | None = None,
+    ):
         self.proc = proc
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._out = out
+        self._on_line = on_line
         self._pump = asyncio.create_task(self._pass_through())
 
     @property
@@ -47,19 +54,27 @@ class Child:
 
     @classmethod
     async def start(
-        cls, command: Sequence[str], *, tail_lines: int = 5, out: BinaryIO | None = None
+        cls,
+        command: Sequence[str],
+        *,
+        tail_lines: int = 5,
+        out: BinaryIO | None = None,
+        env: Mapping[str, str] | None = None,
+        on_line: Callable[[str], None] | None = None,
     ) -> Child:
-        """Start `command`; raises OSError when it cannot be executed."""
+        """Start `command` (with `env`, else the agent's); `on_line` sees each stderr line as it comes.
+        Raises OSError when it cannot be executed."""
         parent = os.getpid()
         proc = await asyncio.create_subprocess_exec(
             *command,
+            env=None if env is None else dict(env),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=None,  # inherited: kcp's stdout goes straight to the agent's
             stderr=asyncio.subprocess.PIPE,
             process_group=0,
             preexec_fn=lambda: die_with_parent(parent),
         )
-        return cls(proc, tail_lines, out or sys.stdout.buffer)
+        return cls(proc, tail_lines, out or sys.stdout.buffer, on_line)
 
     async def _pass_through(self) -> None:
         """Copy stderr to the agent's stdout as it comes, keeping the last lines."""
@@ -84,6 +99,8 @@ class Child:
         line = raw.decode("utf-8", errors="replace").rstrip()
         if line:
             self._tail.append(line)
+            if self._on_line is not None:
+                self._on_line(line)
 
     def tail(self) -> list[str]:
         """The last stderr lines, with any line that looks like it holds a credential replaced."""

@@ -36,6 +36,8 @@ import httpx
 
 from kcpshard.agent import cli, seed
 from kcpshard.agent.child import Child, describe_exit, exit_code
+from kcpshard.agent.kine import Kine, KineError, without_dsn
+from kcpshard.agent.kine import kcp_command as kine_kcp_command
 from kcpshard.agent.procnet import listening_ports
 from kcpshard.agent.storecheck import (
     EndpointError,
@@ -99,6 +101,7 @@ class Options:
     store_endpoints: list[StoreEndpoint] = field(default_factory=list)
     store_wait: float = 20.0
     store_tls_secret: str | None = None
+    kine: str | None = None  # the kine binary, when the store is kine
     cache_kubeconfig_secret: SecretKey | None = None
     root_shard_kubeconfig_secret: SecretKey | None = None
     admin_secret: str | None = None
@@ -167,6 +170,9 @@ def parse_args(argv: Sequence[str]) -> Options:
         "--store-tls-secret",
         help="Secret with the store's ca.crt (and tls.crt, tls.key) for kcp and the check",
     )
+    parser.add_argument(
+        "--kine", help="kine binary to run first, its DSN in $KINE_ENDPOINT (kcp's --etcd-servers={kine})"
+    )
     parser.add_argument("--cache-kubeconfig-secret", help="NAME[:KEY] copied to <root-dir>/cache.kubeconfig")
     parser.add_argument(
         "--root-shard-kubeconfig-secret", help="NAME[:KEY] copied to <root-dir>/root-shard.kubeconfig"
@@ -190,6 +196,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         pod_name=os.environ.get("POD_NAME"),
         store_endpoints=[_store_endpoint(url) for url in args.store_endpoint],
         store_tls_secret=args.store_tls_secret,
+        kine=args.kine,
         store_wait=args.store_wait,
         cache_kubeconfig_secret=secret_key("--cache-kubeconfig-secret", args.cache_kubeconfig_secret),
         root_shard_kubeconfig_secret=secret_key(
@@ -232,6 +239,7 @@ class SlotAgent:
         self.api = api
         self.generation: int | None = None
         self.child: Child | None = None
+        self.kine: Kine | None = None  # the slot's own kine, when the store is kine
         self.slot: dict[str, Any] = {}  # the KcpSlot as first read: the owner of the published Secret
         self.stop_requested = asyncio.Event()
         self.ready_once = asyncio.Event()  # Ready=True written for this kcp process
@@ -314,6 +322,17 @@ class SlotAgent:
         if not await self.write(first, *conds):
             return fail(f"cannot write the status of KcpSlot {self.where}")
 
+        if self.opts.kine is not None:
+            self.kine = await self.start_kine(self.opts.kine)
+            if self.kine is None:
+                return 1
+        try:
+            return await self.seed_and_run()
+        finally:
+            if self.kine is not None:
+                await self.kine.stop()  # after kcp: it holds kcp's data
+
+    async def seed_and_run(self) -> int:
         tls = await self.read_store_tls()
         if tls is False:
             return 1
@@ -333,14 +352,33 @@ class SlotAgent:
             return 1
         if self.stop_requested.is_set():
             return await self.stopped_before_start()
+        command, env = self.opts.command, None
+        if self.kine is not None:
+            command, env = kine_kcp_command(command, self.kine.url), without_dsn(os.environ)
         try:
-            self.child = await Child.start(self.opts.command)
+            self.child = await Child.start(command, env=env)
         except OSError as exc:
             msg = f"cannot start {self.opts.command[0]}: {exc.strerror or exc}"
             await self.write(None, Cond("Ready", "False", "StartFailed", msg))
             return fail(msg)
         log.info("kcp started, pid %d", self.child.pid)
         return await self.supervise(self.child, plan, secret)
+
+    async def start_kine(self, binary: str) -> Kine | None:
+        """The slot's kine, listening; None (Seeded=False StoreUnreachable written) when it did not start."""
+        try:
+            return await Kine.start(binary, self.opts.store_wait)
+        except KineError as exc:
+            await self.write(None, Cond("Seeded", "False", "StoreUnreachable", str(exc)))
+            fail(str(exc))
+            return None
+
+    async def watch_kine(self, kine: Kine) -> None:
+        """kcp cannot serve without its kine: kine ending ends the slot (kcp is stopped)."""
+        why = await kine.exited()
+        log.error("%s", why)
+        await self.write(None, Cond("Ready", "False", "StoreExited", why))
+        raise Fatal(why)
 
     async def stopped_before_start(self) -> int:
         stopped = Cond("Ready", "False", "Exited", "stopped before kcp started")
@@ -484,6 +522,8 @@ class SlotAgent:
 
     async def supervise(self, child: Child, plan: seed.SeedPlan, secret: dict[str, Any]) -> int:
         workers = [asyncio.create_task(self.watch_kcp(child))]
+        if self.kine is not None:
+            workers.append(asyncio.create_task(self.watch_kine(self.kine)))
         if plan.kind is seed.SeedKind.FRESH_START:
             workers.append(asyncio.create_task(self.upload_material(secret)))
         if self.opts.admin_secret:

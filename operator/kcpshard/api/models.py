@@ -93,9 +93,15 @@ class KineStore(Model):
     endpoint_secret_ref: Annotated[
         SecretKeyRef,
         Field(
-            alias="endpointSecretRef", description="Secret holding kine's --endpoint (e.g. a postgres DSN)."
+            alias="endpointSecretRef",
+            description="Secret key holding kine's endpoint (a postgres, mysql or sqlite DSN; key `endpoint` "
+            "when empty). Each slot runs its own kine on it, so the database must take two clients.",
         ),
     ]
+    binary: Annotated[
+        str,
+        Field(min_length=1, description="Path of the kine executable on the node (the host agent runs it)."),
+    ] = "kine"
 
 
 class StoreSpec(Model):

@@ -15,7 +15,14 @@ from kcpshard.k8s.names import (
     slot_job_name,
     slot_object_name,
 )
-from kcpshard.kcp.flags import SlotPaths, front_url, kcp_start_args
+from kcpshard.kcp.flags import (
+    KINE_ENDPOINT_ENV,
+    KINE_ENDPOINT_KEY,
+    KINE_URL,
+    SlotPaths,
+    front_url,
+    kcp_start_args,
+)
 
 MANAGED_BY = "kcpshard-operator"
 LABEL_SHARD = "kcpshard.dev/shard"
@@ -178,7 +185,7 @@ def slot_job(
         "--",
         spec.kcp.binary,
         "start",
-        *kcp_start_args(spec, paths),
+        *kcp_start_args(spec, paths, etcd_override=KINE_URL if spec.store.kine is not None else None),
     ]
     start = str(slot_obj["spec"].get("start", 0))
     return {
@@ -211,7 +218,7 @@ def slot_job(
                             "name": "agent",
                             "image": spec.kcp.image or image,
                             "command": command,
-                            "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}],
+                            "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}, *_kine_env(spec)],
                             "volumeMounts": [mount],
                             "securityContext": agent_security_context(),
                         }
@@ -223,8 +230,20 @@ def slot_job(
     }
 
 
+def _kine_env(spec: KcpShardSpec) -> list[dict[str, Any]]:
+    """kine's DSN, straight from its Secret into the container's env (never on a command line)."""
+    kine = spec.store.kine
+    if kine is None:
+        return []
+    ref = kine.endpoint_secret_ref
+    key_ref = {"name": ref.name, "key": ref.key or KINE_ENDPOINT_KEY}
+    return [{"name": KINE_ENDPOINT_ENV, "valueFrom": {"secretKeyRef": key_ref}}]
+
+
 def _agent_store_args(spec: KcpShardSpec) -> list[str]:
-    """The host agent checks that the store answers before it starts kcp (kine: nothing to check)."""
+    """The host agent checks that the store answers before it starts kcp; with kine, it runs kine first."""
+    if spec.store.kine is not None:
+        return ["--kine", spec.store.kine.binary]
     if spec.store.etcd is None:
         return []
     # Give up well within the ready timeout, so the roll stalls as StoreUnreachable, not ReadyTimeout.

@@ -247,14 +247,21 @@ def flag_name(arg: str) -> str | None:
     return arg.lstrip("-").split("=", 1)[0]
 
 
-def kine_args(endpoint: str) -> list[str]:
-    """Arguments of the slot's kine (k3s-io/kine `pkg/app/app.go`), without the binary.
+# kcp's --etcd-servers for a kine store: the host agent puts in the address its kine logged.
+KINE_URL = "{kine}"
+# The env var kine reads its --endpoint from: the DSN (with its password) stays off command lines.
+KINE_ENDPOINT_ENV = "KINE_ENDPOINT"
+KINE_ENDPOINT_KEY = "endpoint"
+
+
+def kine_args() -> list[str]:
+    """Arguments of the slot's kine (k3s-io/kine `pkg/app/app.go`), without the binary; the DSN comes from
+    KINE_ENDPOINT_ENV.
 
     Port 0: kine logs the bound port (`Kine available at http://127.0.0.1:<port>`, `pkg/endpoint`), so two
     slots side by side never collide; metrics off (its default `:8080` would collide and listen widely).
-    The endpoint holds the database password: callers must not log these arguments.
     """
-    return [f"--endpoint={endpoint}", "--listen-address=127.0.0.1:0", "--metrics-bind-address=0"]
+    return ["--listen-address=127.0.0.1:0", "--metrics-bind-address=0"]
 
 
 def kcp_start_args(spec: KcpShardSpec, paths: SlotPaths, etcd_override: str | None = None) -> list[str]:
@@ -327,9 +334,8 @@ def validate(spec: KcpShardSpec) -> list[str]:
         msgs.append("store needs one of etcd or kine")
     elif store.etcd is not None and store.kine is not None:
         msgs.append("store has both etcd and kine: choose one")
-    elif store.kine is not None:
-        # kcp supports etcd; the host agent does not run kine beside kcp yet (DESIGN §5: second choice).
-        msgs.append("store.kine is not supported yet by this operator's host agent: use store.etcd")
+    elif store.kine is not None and spec.roll.backup:
+        msgs.append("roll.backup snapshots an etcd store: with store.kine, back up kine's database instead")
     shard = spec.shard
     if shard.root and shard.name != "root":
         msgs.append(f"a root shard must be named root (kcp treats shard {shard.name!r} as non-root)")
