@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: bootstrap tools test lint typecheck pytest demo bench fidelity crds dev clean
+.PHONY: bootstrap tools test lint typecheck pytest demo bench api-requests fidelity crds dev clean
 
 bootstrap:
 	@bash hack/bootstrap.sh
@@ -31,6 +31,11 @@ demo: bootstrap $(if $(REAL),tools)
 
 bench: bootstrap
 	$(BIN)/python hack/bench.py
+
+# The operator's requests to the API server per round and per roll, from kube-apiserver's audit log
+# (SHARDS="1 20", WINDOW=60; OPERATOR_SRC=<dir> runs another tree's operator for a before/after).
+api-requests: bootstrap tools
+	$(BIN)/python hack/api_requests.py
 
 # The stand-in kcp measured against real kcp, side by side (RUNS=3 by default).
 fidelity: bootstrap tools

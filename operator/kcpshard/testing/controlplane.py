@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import os
 import shutil
 import ssl
 import time
@@ -54,6 +55,15 @@ CONTROLLERS = (
 )
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 APISERVER_START_TIMEOUT = 120.0
+# The API-request bench (hack/api_requests.py) turns on kube-apiserver's audit log with this.
+AUDIT_ENV = "KCPSHARD_APISERVER_AUDIT"
+AUDIT_LOG = "audit.log"
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: Metadata
+"""
 CONTROLLER_MANAGER_START_TIMEOUT = 60.0
 
 
@@ -172,7 +182,17 @@ class ControlPlane:
             # The `kubernetes` Service's endpoints would name 127.0.0.1, which the reconciler refuses.
             "--endpoint-reconciler-type=none",
             "--profiling=false",
+            *self._audit_args(),
         ]
+
+    def _audit_args(self) -> list[str]:
+        """With KCPSHARD_APISERVER_AUDIT set (the API-request bench): every request's metadata, one JSON
+        line each, in <workdir>/audit.log. Off for the tests: it costs a write per request."""
+        if not os.environ.get(AUDIT_ENV):
+            return []
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.workdir / AUDIT_LOG}"]
 
     async def _apiserver_ready(self) -> bool:
         assert self._admin_tls is not None

@@ -1,0 +1,169 @@
+"""`make api-requests`: the operator's requests to the API server, counted by the API server itself.
+
+kube-apiserver's audit log (KCPSHARD_APISERVER_AUDIT turns it on in the test control plane) records
+every request with its user, verb and resource; this keeps the operator's ServiceAccount's. For each N
+in SHARDS (default "1 20") it makes N shards on the stand-in kcp, waits until all are Ready, then counts
+the operator's requests over WINDOW seconds (default 60) of steady state, and the rounds in them (a
+round lists its shard's KcpSlots exactly once). With N=1 it also counts one roll's requests.
+
+OPERATOR_SRC=<dir> runs the operator from another source tree (e.g. an older commit's `operator/`)
+against this tree's stack and agents, for a before/after. Figures, not assertions; writes
+.bench/api-requests.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kcpshard.k8s.api import KCPSHARDS
+from kcpshard.testing import scenario
+from kcpshard.testing.controlplane import AUDIT_ENV, AUDIT_LOG
+from kcpshard.testing.kcpbin import make_kcp
+from kcpshard.testing.stack import Stack, running_stack
+from kcpshard.testing.waiting import wait_for
+
+OPERATOR_USER = "system:serviceaccount:kcpshard-system:kcpshard-operator"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class AuditLog:
+    """The operator's requests in kube-apiserver's audit log, read from an offset on."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        self.offset = self.path.stat().st_size
+
+    def since_mark(self) -> collections.Counter[str]:
+        """verb resource[/subresource] -> requests, each audit ID once (a watch logs two stages)."""
+        seen: set[str] = set()
+        counts: collections.Counter[str] = collections.Counter()
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            for raw in f:
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue  # a line still being written
+                if (event.get("user") or {}).get("username") != OPERATOR_USER or event["auditID"] in seen:
+                    continue
+                seen.add(event["auditID"])
+                ref = event.get("objectRef") or {}
+                resource = ref.get("resource", event.get("requestURI", "?"))
+                if ref.get("subresource"):
+                    resource += f"/{ref['subresource']}"
+                counts[f"{event['verb']} {resource}"] += 1
+        return counts
+
+
+def _rounds(counts: collections.Counter[str]) -> int:
+    return counts["list kcpslots"]
+
+
+def _top(counts: collections.Counter[str], n: int = 8) -> str:
+    return ", ".join(f"{key} {value}" for key, value in counts.most_common(n))
+
+
+async def _shards_ready(stack: Stack, names: list[str]) -> None:
+    async def all_ready() -> bool:
+        for name in names:
+            shard = await stack.shard(name)
+            if scenario.condition(shard, "Ready").get("status") != "True" or (shard.get("status") or {}).get(
+                "rollout"
+            ):
+                return False
+        return True
+
+    await wait_for(f"{len(names)} shards Ready", all_ready, timeout=120 + 20 * len(names))
+
+
+async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
+    async with running_stack(workdir, operator=False, api="real") as stack:
+        operator_env = {"PYTHONPATH": os.environ["OPERATOR_SRC"]} if os.environ.get("OPERATOR_SRC") else None
+        stack.start_operator(env=operator_env)
+        audit = AuditLog(_find_audit(workdir))
+        kcp = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", **scenario.FAST)}
+        names = [f"shard{i:02d}" for i in range(shards)]
+        for name in names:
+            await scenario.create_shard(stack, name, kcp=kcp)
+        await _shards_ready(stack, names)
+        audit.mark()
+        started = time.monotonic()
+        await asyncio.sleep(window)  # a measurement window, not a wait for a condition
+        elapsed = time.monotonic() - started
+        steady = audit.since_mark()
+        total = sum(steady.values())
+        result: dict[str, Any] = {
+            "shards": shards,
+            "windowSeconds": round(elapsed, 1),
+            "requests": total,
+            "perSecond": round(total / elapsed, 2),
+            "perShardPerSecond": round(total / elapsed / shards, 3),
+            "rounds": _rounds(steady),
+            "perRound": round(total / max(_rounds(steady), 1), 2),
+            "byVerbResource": dict(steady.most_common()),
+        }
+        if shards == 1:
+            audit.mark()
+            binary = make_kcp(workdir / "bin", "kcp-2", **scenario.FAST)
+            await stack.api.patch(KCPSHARDS, "default", names[0], {"spec": {"kcp": {"binary": binary}}})
+            shard = await scenario.wait_last_roll(stack, names[0])
+            roll = audit.since_mark()
+            result["roll"] = {
+                "result": shard["status"]["lastRoll"]["result"],
+                "requests": sum(roll.values()),
+                "rounds": _rounds(roll),
+                "byVerbResource": dict(roll.most_common()),
+            }
+        return result
+
+
+def _find_audit(workdir: Path) -> Path:
+    found = next(workdir.rglob(AUDIT_LOG), None)
+    if found is None:
+        raise SystemExit(f"no {AUDIT_LOG} under {workdir}: the control plane did not write one")
+    return found
+
+
+async def main() -> int:
+    os.environ[AUDIT_ENV] = "1"  # the dev environment (a subprocess) inherits it
+    shard_counts = [int(n) for n in os.environ.get("SHARDS", "1 20").split()]
+    window = float(os.environ.get("WINDOW", "60"))
+    source = os.environ.get("OPERATOR_SRC") or "this tree"
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kcpshard-apireq-") as tmp:
+        for n in shard_counts:
+            results.append(await measure(Path(tmp) / f"n{n}", n, window))
+    print(f"Operator's API requests (kube-apiserver audit log; operator from {source})\n")
+    print("| shards | window s | requests | per s | per shard per s | rounds | per round | most requested |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        top = _top(collections.Counter(r["byVerbResource"]), 4)
+        print(
+            f"| {r['shards']} | {r['windowSeconds']} | {r['requests']} | {r['perSecond']} | "
+            f"{r['perShardPerSecond']} | {r['rounds']} | {r['perRound']} | {top} |"
+        )
+    for r in results:
+        if "roll" in r:
+            roll = r["roll"]
+            print(f"\nOne roll ({roll['result']}): {roll['requests']} requests in {roll['rounds']} rounds: ")
+            print(_top(collections.Counter(roll["byVerbResource"]), 12))
+    out = ROOT / ".bench" / "api-requests.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"operatorSource": source, "results": results}, indent=2) + "\n")
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
