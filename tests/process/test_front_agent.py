@@ -553,6 +553,10 @@ async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
     async with running_agent(stub, tmp_path / "front" / first, pod=first):
         await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
     assert "restarts" not in stub.front()  # a first start is no restart
+    # A container killed while ready leaves its file: the next one starts not ready.
+    (tmp_path / "front" / first / "serving").touch()
+    FrontAgent(stub, NAMESPACE, SHARD, tmp_path / "front" / first)  # type: ignore[arg-type]
+    assert not (tmp_path / "front" / first / "serving").exists()
     async with running_agent(stub, tmp_path / "front" / first, pod=first):
         await eventually(lambda: holds(stub.front().get("restarts") == 1))
     last = stub.front()["lastRestart"]

@@ -114,6 +114,9 @@ class FrontAgent:
         # a replacement front is Ready (and the old one goes) only once it serves.
         self.ready_file = state_dir / READY_FILE
         self._ready = False
+        # A file left by this pod's previous container would pass the probe before HAProxy listens.
+        with contextlib.suppress(OSError):
+            self.ready_file.unlink(missing_ok=True)
 
     # -- start-up ---------------------------------------------------------------------------------------
 
