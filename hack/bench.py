@@ -10,19 +10,27 @@ Figures, not assertions: the tests do not time.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-from kcpshard.k8s.api import KCPSHARDS
+from kcpshard.api.models import SlotName
+from kcpshard.k8s import names
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.testing.devenv import default_api
-from kcpshard.testing.load import KubeStyleLoad
+from kcpshard.testing.load import KubeStyleLoad, LoadReport
 from kcpshard.testing.stack import Stack, running_stack, shard_manifest, stack_api
 from kcpshard.testing.tcp import free_port
 from kcpshard.testing.waiting import wait_for
 
+ROOT = Path(__file__).resolve().parents[1]
+# The front's cost: this many client workers, this long each way (twice, alternated).
+FRONT_CONCURRENCY = 4
+FRONT_SECONDS = 10.0
 KEYS = ("startToReady", "flip", "oldExit", "leaseHandover", "probe", "drain", "total", "operatorShare")
 
 
@@ -49,15 +57,52 @@ def _peak_rss_kib(pid: int) -> int | None:
     return None
 
 
+async def _load(url: str, token: str, ca_pem: bytes, seconds: float) -> LoadReport:
+    """A kube-style client (FRONT_CONCURRENCY workers) against `url` for `seconds`."""
+    load = KubeStyleLoad(url, token, ca_pem, concurrency=FRONT_CONCURRENCY)
+    await load.start()
+    await asyncio.sleep(seconds)  # a measurement window
+    return await load.stop()
+
+
+async def front_cost(stack: Stack, port: int, seconds: float) -> dict[str, float]:
+    """The same client straight to the serving slot's port and through the front, alternated twice."""
+    admin = await stack.shard_admin("root")
+    active = SlotName((await stack.shard("root"))["status"]["activeSlot"])
+    slot = await stack.api.get(KCPSLOTS, "default", names.slot_object_name("root", active))
+    direct, front = LoadReport(), LoadReport()
+    for _ in range(2):
+        for total, target in ((direct, slot["status"]["port"]), (front, port)):
+            run = await _load(f"https://127.0.0.1:{target}", admin.token, admin.ca_pem, seconds)
+            total.ok, total.failed = total.ok + run.ok, total.failed + run.failed
+            total.seconds += run.seconds
+            total.latencies += run.latencies
+    direct_rps, front_rps = direct.ok / direct.seconds, front.ok / front.seconds
+    return {
+        "directRps": round(direct_rps, 1),
+        "frontRps": round(front_rps, 1),
+        "ratio": round(front_rps / direct_rps, 3),
+        "p50MsDirect": round(direct.percentile(50) * 1000, 2),
+        "p50MsFront": round(front.percentile(50) * 1000, 2),
+        "p99MsDirect": round(direct.percentile(99) * 1000, 2),
+        "p99MsFront": round(front.percentile(99) * 1000, 2),
+        "failed": direct.failed + front.failed,
+    }
+
+
 async def bench(workdir: Path, rolls: int, singles: int) -> None:
+    results: dict[str, Any] = {"machine": _machine()}
     async with running_stack(workdir, api=stack_api(default=default_api())) as stack:
         print(f"API server: {stack.info.api} (environment up in {stack.info.start_seconds:.1f} s)")
+        results["machine"]["apiServer"] = stack.info.api
         port = free_port()
         await stack.api.create(
             KCPSHARDS, "default", shard_manifest("root", etcd=stack.info.etcd_endpoint, front_port=port)
         )
         first = await wait_for("the first slot", lambda: _rolled(stack, "a", 1), timeout=120)
         reports = [first]
+        front = await front_cost(stack, port, FRONT_SECONDS)
+        results["front"] = front
         admin = await stack.shard_admin("root")
         load = KubeStyleLoad(f"https://127.0.0.1:{port}", admin.token, admin.ca_pem)
         await load.start()
@@ -115,6 +160,38 @@ async def bench(workdir: Path, rolls: int, singles: int) -> None:
         print(f"client during the Single rolls (no retries beyond one): {single_client.summary()}")
     if rss is not None:
         print(f"operator peak RSS: {rss / 1024:.1f} MiB")
+    print(
+        f"\nThe front's cost (stand-in kcp, {FRONT_CONCURRENCY} workers, 2 x {FRONT_SECONDS:g} s each way):\n"
+        "| | requests/s | p50 ms | p99 ms |\n|---|---|---|---|\n"
+        f"| straight to the slot | {front['directRps']} | {front['p50MsDirect']} | {front['p99MsDirect']} |\n"
+        f"| through the front | {front['frontRps']} | {front['p50MsFront']} | {front['p99MsFront']} |\n"
+        f"ratio {front['ratio']}; failed {front['failed']}; during the rolls the slowest request took "
+        f"{max(client.latencies, default=float('nan')) * 1000:.0f} ms"
+    )
+    results["blueGreen"] = {
+        "sent": client.ok + client.failed,
+        "failed": client.failed,
+        "p99Ms": round(client.percentile(99) * 1000, 2),
+        "slowestMs": round(max(client.latencies, default=float("nan")) * 1000, 1),
+        "totalSeconds": statistics.median(r["durations"]["total"] for r in rolled),
+        "operatorShareSeconds": statistics.median(r["durations"]["operatorShare"] for r in rolled),
+    }
+    out = ROOT / ".bench" / "results.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+def _machine() -> dict[str, Any]:
+    memory = next(
+        (
+            int(line.split()[1]) // 1024
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if "MemTotal" in line
+        ),
+        None,
+    )
+    return {"cores": os.cpu_count(), "memoryMiB": memory, "kcp": "stand-in"}
 
 
 def main() -> int:

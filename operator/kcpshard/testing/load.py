@@ -28,6 +28,14 @@ class LoadReport:
     failures: list[str] = field(default_factory=list)
     by_status: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)  # seconds per request, retries included
+
+    def percentile(self, p: float) -> float:
+        """The p-th percentile of the latencies (nearest rank), in seconds; nan with none."""
+        if not self.latencies:
+            return float("nan")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
 
     def summary(self) -> str:
         return (
@@ -100,7 +108,9 @@ class KubeStyleLoad:
 
     async def _worker(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             await self._one()
+            self.report.latencies.append(time.monotonic() - started)
 
     async def start(self) -> None:
         self._started = time.monotonic()
