@@ -32,8 +32,8 @@ demo: bootstrap $(if $(REAL),tools)
 bench: bootstrap
 	$(BIN)/python hack/bench.py
 
-# The operator's requests to the API server per round and per roll, from kube-apiserver's audit log
-# (SHARDS="1 20", WINDOW=60; OPERATOR_SRC=<dir> runs another tree's operator for a before/after).
+# The operator's requests to the API server per round and per roll, and what its lists returned, from
+# kube-apiserver's audit log (SHARDS="1 20", WINDOW=60; OPERATOR_SRC=<dir> runs another tree's operator).
 api-requests: bootstrap tools
 	$(BIN)/python hack/api_requests.py
 

@@ -3,8 +3,10 @@
 kube-apiserver's audit log (KCPSHARD_APISERVER_AUDIT turns it on in the test control plane) records
 every request with its user, verb and resource; this keeps the operator's ServiceAccount's. For each N
 in SHARDS (default "1 20") it makes N shards on the stand-in kcp, waits until all are Ready, then counts
-the operator's requests over WINDOW seconds (default 60) of steady state, and the rounds in them (a
-round lists its shard's KcpSlots exactly once). With N=1 it also counts one roll's requests.
+the operator's requests over WINDOW seconds (default 60) of steady state, the rounds in them (a
+round lists its shard's KcpSlots exactly once) and what its lists returned (objects and bytes, from the
+lists' responses in the log: a list of every shard is one request whose size grows with N). With N=1 it
+also counts one roll's requests.
 
 OPERATOR_SRC=<dir> runs the operator from another source tree (e.g. an older commit's `operator/`)
 against this tree's stack and agents, for a before/after. Figures, not assertions; writes
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import json
 import os
 import sys
@@ -32,6 +35,17 @@ from kcpshard.testing.waiting import wait_for
 
 OPERATOR_USER = "system:serviceaccount:kcpshard-system:kcpshard-operator"
 ROOT = Path(__file__).resolve().parents[1]
+FAST_KCP = scenario.FAST["rsa_bits"]  # the stand-in kcp's quick key, as scenario.serving_shard makes it
+
+
+@dataclasses.dataclass
+class Requests:
+    """The operator's requests in a stretch of the audit log: verb resource[/subresource] -> requests;
+    for its lists, the objects and the bytes (compact JSON, as the audit log holds them) they returned."""
+
+    counts: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    listed: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
+    listed_bytes: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)
 
 
 class AuditLog:
@@ -44,10 +58,10 @@ class AuditLog:
     def mark(self) -> None:
         self.offset = self.path.stat().st_size
 
-    def since_mark(self) -> collections.Counter[str]:
-        """verb resource[/subresource] -> requests, each audit ID once (a watch logs two stages)."""
+    def since_mark(self) -> Requests:
+        """Each audit ID once (a watch logs two stages)."""
         seen: set[str] = set()
-        counts: collections.Counter[str] = collections.Counter()
+        out = Requests()
         with self.path.open("rb") as f:
             f.seek(self.offset)
             for raw in f:
@@ -62,8 +76,12 @@ class AuditLog:
                 resource = ref.get("resource", event.get("requestURI", "?"))
                 if ref.get("subresource"):
                     resource += f"/{ref['subresource']}"
-                counts[f"{event['verb']} {resource}"] += 1
-        return counts
+                out.counts[f"{event['verb']} {resource}"] += 1
+                body = event.get("responseObject")
+                if event["verb"] == "list" and isinstance(body, dict):
+                    out.listed[resource] += len(body.get("items") or [])
+                    out.listed_bytes[resource] += len(json.dumps(body, separators=(",", ":")))
+        return out
 
 
 def _rounds(counts: collections.Counter[str]) -> int:
@@ -92,7 +110,7 @@ async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
         operator_env = {"PYTHONPATH": os.environ["OPERATOR_SRC"]} if os.environ.get("OPERATOR_SRC") else None
         stack.start_operator(env=operator_env)
         audit = AuditLog(_find_audit(workdir))
-        kcp = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", **scenario.FAST)}
+        kcp = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", rsa_bits=FAST_KCP)}
         names = [f"shard{i:02d}" for i in range(shards)]
         for name in names:
             await scenario.create_shard(stack, name, kcp=kcp)
@@ -101,24 +119,30 @@ async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
         started = time.monotonic()
         await asyncio.sleep(window)  # a measurement window, not a wait for a condition
         elapsed = time.monotonic() - started
-        steady = audit.since_mark()
+        window_requests = audit.since_mark()
+        steady = window_requests.counts
         total = sum(steady.values())
+        rounds = _rounds(steady)
         result: dict[str, Any] = {
             "shards": shards,
             "windowSeconds": round(elapsed, 1),
             "requests": total,
             "perSecond": round(total / elapsed, 2),
             "perShardPerSecond": round(total / elapsed / shards, 3),
-            "rounds": _rounds(steady),
-            "perRound": round(total / max(_rounds(steady), 1), 2),
+            "rounds": rounds,
+            "perRound": round(total / max(rounds, 1), 2),
+            "listedObjectsPerRound": round(sum(window_requests.listed.values()) / max(rounds, 1), 1),
+            "listedKiBPerRound": round(sum(window_requests.listed_bytes.values()) / 1024 / max(rounds, 1), 1),
             "byVerbResource": dict(steady.most_common()),
+            "listedObjects": dict(window_requests.listed.most_common()),
+            "listedBytes": dict(window_requests.listed_bytes.most_common()),
         }
         if shards == 1:
             audit.mark()
-            binary = make_kcp(workdir / "bin", "kcp-2", **scenario.FAST)
+            binary = make_kcp(workdir / "bin", "kcp-2", rsa_bits=FAST_KCP)
             await stack.api.patch(KCPSHARDS, "default", names[0], {"spec": {"kcp": {"binary": binary}}})
             shard = await scenario.wait_last_roll(stack, names[0])
-            roll = audit.since_mark()
+            roll = audit.since_mark().counts
             result["roll"] = {
                 "result": shard["status"]["lastRoll"]["result"],
                 "requests": sum(roll.values()),
@@ -145,14 +169,21 @@ async def main() -> int:
         for n in shard_counts:
             results.append(await measure(Path(tmp) / f"n{n}", n, window))
     print(f"Operator's API requests (kube-apiserver audit log; operator from {source})\n")
-    print("| shards | window s | requests | per s | per shard per s | rounds | per round | most requested |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| shards | window s | requests | per s | per shard per s | rounds | per round "
+        "| objects listed per round | KiB listed per round | most requested |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         top = _top(collections.Counter(r["byVerbResource"]), 4)
         print(
             f"| {r['shards']} | {r['windowSeconds']} | {r['requests']} | {r['perSecond']} | "
-            f"{r['perShardPerSecond']} | {r['rounds']} | {r['perRound']} | {top} |"
+            f"{r['perShardPerSecond']} | {r['rounds']} | {r['perRound']} | {r['listedObjectsPerRound']} | "
+            f"{r['listedKiBPerRound']} | {top} |"
         )
+    for r in results:
+        listed = ", ".join(f"{k} {v}" for k, v in r["listedObjects"].items())
+        print(f"\nObjects the operator's lists returned in the window, N={r['shards']}: {listed}")
     for r in results:
         if "roll" in r:
             roll = r["roll"]

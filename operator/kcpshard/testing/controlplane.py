@@ -62,6 +62,8 @@ AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+  - level: RequestResponse  # a list's response too: what each list returned (objects, bytes)
+    verbs: ["list"]
   - level: Metadata
 """
 CONTROLLER_MANAGER_START_TIMEOUT = 60.0
@@ -186,8 +188,9 @@ class ControlPlane:
         ]
 
     def _audit_args(self) -> list[str]:
-        """With KCPSHARD_APISERVER_AUDIT set (the API-request bench): every request's metadata, one JSON
-        line each, in <workdir>/audit.log. Off for the tests: it costs a write per request."""
+        """With KCPSHARD_APISERVER_AUDIT set (the API-request bench): every request's metadata (and each
+        list's response), one JSON line each, in <workdir>/audit.log. Off for the tests: it costs a write
+        per request."""
         if not os.environ.get(AUDIT_ENV):
             return []
         policy = self.workdir / "audit-policy.yaml"
