@@ -20,12 +20,14 @@ import yaml
 
 from kcpshard.agent import seed
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, SECRETS, ApiClient, Conflict
+from kcpshard.kcp.flags import KINE_ENDPOINT_ENV, KINE_URL
 from kcpshard.kcp.readyz import client_for
 from kcpshard.testing.apiserver import EmulatedApiServer
 from kcpshard.testing.etcd import EtcdServer
 from kcpshard.testing.fakekcp import kcp_binary
 from kcpshard.testing.pki import CertificateAuthority
 from kcpshard.testing.tcp import free_port
+from kcpshard.testing.tools import tool
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 NS = "kcp"
@@ -637,3 +639,123 @@ async def test_a_tls_store_is_checked_with_its_ca_and_kcp_gets_the_files(api: Ap
         assert "BEGIN" not in right.logs() and "BEGIN" not in wrong.logs()
     finally:
         server.close()
+
+
+# -- store.kine: the agent runs kine before kcp and stops it after -----------------------------------------
+
+DSN = "postgres://kcp:s3cr3tpw@db.example/kcp"
+
+
+def fake_kine(folder: Path, *, listens: bool = True) -> str:
+    """A kine that says where it listens (or never does), notes its pid, and notes when it is stopped."""
+    says = """echo 'level=info msg="Kine available at http://127.0.0.1:4321"' >&2""" if listens else "true"
+    path = folder / "kine"
+    path.write_text(
+        f"#!/bin/sh\necho $$ > {folder}/kine.pid\n"
+        f"trap 'echo kine-stopped >> {folder}/order; exit 0' TERM\n{says}\n"
+        "while :; do sleep 0.1; done\n"
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+def kcp_on_kine(folder: Path) -> list[str]:
+    """A kcp that notes its --etcd-servers and environment, and when it is stopped."""
+    script = (
+        f'echo "$1" > {folder}/kcp.args; env > {folder}/kcp.env; '
+        f"trap 'echo kcp-stopped >> {folder}/order; exit 0' TERM; "
+        "while :; do sleep 0.1; done"
+    )
+    return ["sh", "-c", script, "kcp", f"--etcd-servers={KINE_URL}"]
+
+
+async def _file(path: Path) -> str | None:
+    return path.read_text() if path.exists() and path.read_text().endswith("\n") else None
+
+
+async def test_kcp_gets_kines_address_and_stops_before_kine(
+    api: ApiClient, agents: Any, tmp_path: Path
+) -> None:
+    await create_secret(api, {})
+    a = await agents(
+        f"{SHARD}-a",
+        kcp_on_kine(tmp_path),
+        args=["--kine", fake_kine(tmp_path)],
+        env={KINE_ENDPOINT_ENV: DSN},
+    )
+    st = await eventually("the kcp pid", lambda: _with(api, "a", lambda s: "pid" in s))
+    agents.kcp_pids.append(st["pid"])
+    assert await eventually("kcp's args", lambda: _file(tmp_path / "kcp.args")) == (
+        "--etcd-servers=http://127.0.0.1:4321\n"
+    )
+    await eventually("kcp's env", lambda: _file(tmp_path / "kcp.env"))
+    assert "PATH=" in (tmp_path / "kcp.env").read_text() and DSN not in (tmp_path / "kcp.env").read_text()
+    a.signal(signal.SIGTERM)
+    assert await a.wait() == 0
+    assert (tmp_path / "order").read_text() == "kcp-stopped\nkine-stopped\n"
+    assert cond(await slot_status(api, "a"), "Ready") == ("False", "Exited", "kcp stopped: exit code 0")
+    assert "s3cr3tpw" not in a.logs()
+
+
+async def test_kine_ending_stops_kcp_and_the_slot_says_why(
+    api: ApiClient, agents: Any, tmp_path: Path
+) -> None:
+    await create_secret(api, {})
+    a = await agents(
+        f"{SHARD}-a",
+        kcp_on_kine(tmp_path),
+        args=["--kine", fake_kine(tmp_path)],
+        env={KINE_ENDPOINT_ENV: DSN},
+    )
+    st = await eventually("the kcp pid", lambda: _with(api, "a", lambda s: "pid" in s))
+    agents.kcp_pids.append(st["pid"])
+    await eventually("kcp's args", lambda: _file(tmp_path / "kcp.args"))
+    os.kill(int((tmp_path / "kine.pid").read_text()), signal.SIGKILL)
+    assert await a.wait() == 1
+    st = await slot_status(api, "a")
+    ready = cond(st, "Ready")
+    assert ready is not None and ready[:2] == ("False", "StoreExited"), ready
+    assert ready[2].startswith("kine ended (killed by SIGKILL (exit code 137)); last lines: "), ready
+    assert ready[2].endswith("; kcp stopped: exit code 0"), ready
+    assert (tmp_path / "order").read_text() == "kcp-stopped\n"
+    assert pid_gone(st["pid"])
+    assert "kine ended (killed by SIGKILL" in a.err.read_text() and "Traceback" not in a.err.read_text()
+
+
+async def test_a_kine_that_cannot_start_fails_the_slot_without_its_dsn(api: ApiClient, agents: Any) -> None:
+    await create_secret(api, {})
+    # Real kine: it quotes a DSN it cannot parse whole in its last line.
+    dsn = "postgres://kcp:s3cr3tpw@127.0.0.1:bad/kcp"
+    a = await agents(
+        f"{SHARD}-a",
+        ["sh", "-c", "touch {root}/kcp-was-started"],
+        args=["--kine", str(tool("kine"))],
+        env={KINE_ENDPOINT_ENV: dsn},
+    )
+    assert await a.wait() == 1
+    st = await slot_status(api, "a")
+    seeded = cond(st, "Seeded")
+    assert seeded is not None and seeded[:2] == ("False", "StoreUnreachable"), seeded
+    assert "kine ended (exit code 1) before it said where it listens" in seeded[2]
+    assert 'parse "[hidden]"' in seeded[2] and "s3cr3tpw" not in seeded[2]
+    assert "last lines: FATA[" in seeded[2] and "\x1b" not in seeded[2]  # without kine's colour codes
+    assert "s3cr3tpw" not in a.logs() and 'parse "[hidden]"' in a.out.read_text()
+    assert not (a.root / "kcp-was-started").exists()
+
+
+async def test_stop_while_kine_starts(api: ApiClient, agents: Any, tmp_path: Path) -> None:
+    await create_secret(api, {})
+    # A kine that never says where it listens, and a wait beyond the test's deadline: only the stop ends it.
+    a = await agents(
+        f"{SHARD}-a",
+        ["sh", "-c", "touch {root}/kcp-was-started"],
+        args=["--kine", fake_kine(tmp_path, listens=False), "--store-wait", "300"],
+        env={KINE_ENDPOINT_ENV: DSN},
+    )
+    await eventually("kine's pid", lambda: _file(tmp_path / "kine.pid"))
+    a.signal(signal.SIGTERM)
+    assert await a.wait(seconds=20) == 0
+    assert cond(await slot_status(api, "a"), "Ready") == ("False", "Exited", "stopped before kcp started")
+    assert (tmp_path / "order").read_text() == "kine-stopped\n"
+    assert pid_gone(int((tmp_path / "kine.pid").read_text()))
+    assert not (a.root / "kcp-was-started").exists()

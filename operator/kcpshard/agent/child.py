@@ -22,6 +22,11 @@ PR_SET_PDEATHSIG = 1
 # Lines of the child's stderr that may carry a credential are never copied into a status message.
 _SECRETISH = re.compile(r"token|bearer|password|secret", re.IGNORECASE)
 HIDDEN_LINE = "[line hidden: it may hold a credential]"
+# Colour codes (kine's logrus forces them even into a pipe) have no place in a status message.
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+# A line of a child that scrubs its output is passed on at this length even without its end, so a child
+# that never ends a line cannot fill the agent's memory.
+MAX_LINE = 65536
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -41,11 +46,13 @@ class Child:
         tail_lines: int,
         out: BinaryIO,
         on_line: Callable[[str], None] | None = None,
+        scrub: Callable[[bytes], bytes] | None = None,
     ):
         self.proc = proc
         self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
         self._out = out
         self._on_line = on_line
+        self._scrub = scrub
         self._pump = asyncio.create_task(self._pass_through())
 
     @property
@@ -61,8 +68,12 @@ class Child:
         out: BinaryIO | None = None,
         env: Mapping[str, str] | None = None,
         on_line: Callable[[str], None] | None = None,
+        scrub: Callable[[bytes], bytes] | None = None,
     ) -> Child:
         """Start `command` (with `env`, else the agent's); `on_line` sees each stderr line as it comes.
+
+        With `scrub`, stderr is passed on (and kept, and shown to `on_line`) a whole line at a time, each
+        line through `scrub` first: for a child that may print a secret it was given.
         Raises OSError when it cannot be executed."""
         parent = os.getpid()
         proc = await asyncio.create_subprocess_exec(
@@ -74,26 +85,54 @@ class Child:
             process_group=0,
             preexec_fn=lambda: die_with_parent(parent),
         )
-        return cls(proc, tail_lines, out or sys.stdout.buffer, on_line)
+        return cls(proc, tail_lines, out or sys.stdout.buffer, on_line, scrub)
 
     async def _pass_through(self) -> None:
         """Copy stderr to the agent's stdout as it comes, keeping the last lines."""
+        assert self.proc.stderr is not None
+        if self._scrub is not None:
+            await self._pass_lines(self._scrub)
+            return
+        partial = b""
+        while True:
+            chunk = await self.proc.stderr.read(65536)
+            if not chunk:
+                break
+            self._write(chunk)
+            lines = (partial + chunk).split(b"\n")
+            partial = lines.pop()[-4096:]
+            for line in lines:
+                self._remember(line)
+        self._remember(partial)
+
+    async def _pass_lines(self, scrub: Callable[[bytes], bytes]) -> None:
+        """Whole lines through `scrub`: a secret split across two reads is still one line when scrubbed."""
         assert self.proc.stderr is not None
         partial = b""
         while True:
             chunk = await self.proc.stderr.read(65536)
             if not chunk:
                 break
-            try:
-                self._out.write(chunk)
-                self._out.flush()
-            except (OSError, ValueError):
-                pass  # a closed stdout must not stop the drain, or kcp would block on a full pipe
             lines = (partial + chunk).split(b"\n")
-            partial = lines.pop()[-4096:]
+            partial = lines.pop()
+            if len(partial) >= MAX_LINE:
+                lines.append(partial)
+                partial = b""
             for line in lines:
-                self._remember(line)
-        self._remember(partial)
+                self._pass_line(scrub(line))
+        if partial:
+            self._pass_line(scrub(partial))
+
+    def _pass_line(self, line: bytes) -> None:
+        self._write(line + b"\n")
+        self._remember(line)
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self._out.write(data)
+            self._out.flush()
+        except (OSError, ValueError):
+            pass  # a closed stdout must not stop the drain, or kcp would block on a full pipe
 
     def _remember(self, raw: bytes) -> None:
         line = raw.decode("utf-8", errors="replace").rstrip()
@@ -103,8 +142,10 @@ class Child:
                 self._on_line(line)
 
     def tail(self) -> list[str]:
-        """The last stderr lines, with any line that looks like it holds a credential replaced."""
-        return [HIDDEN_LINE if _SECRETISH.search(line) else line[:300] for line in self._tail]
+        """The last stderr lines without colour codes, any line that looks like it holds a credential
+        replaced."""
+        lines = (_COLOUR.sub("", line) for line in self._tail)
+        return [HIDDEN_LINE if _SECRETISH.search(line) else line[:300] for line in lines]
 
     def signal(self, signum: int) -> None:
         if self.proc.returncode is None:

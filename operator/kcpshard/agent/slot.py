@@ -36,7 +36,7 @@ import httpx
 
 from kcpshard.agent import cli, seed
 from kcpshard.agent.child import Child, describe_exit, exit_code
-from kcpshard.agent.kine import Kine, KineError, without_dsn
+from kcpshard.agent.kine import Kine, KineError, KineStopped, without_dsn
 from kcpshard.agent.kine import kcp_command as kine_kcp_command
 from kcpshard.agent.procnet import listening_ports
 from kcpshard.agent.storecheck import (
@@ -165,7 +165,9 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument(
         "--store-endpoint", action="append", default=[], help="etcd client URL that must answer first"
     )
-    parser.add_argument("--store-wait", type=float, default=20.0, help="seconds to wait for the store")
+    parser.add_argument(
+        "--store-wait", type=float, default=20.0, help="seconds to wait for the store (or for kine to listen)"
+    )
     parser.add_argument(
         "--store-tls-secret",
         help="Secret with the store's ca.crt (and tls.crt, tls.key) for kcp and the check",
@@ -230,7 +232,14 @@ def status_change(
 
 
 class Fatal(Exception):
-    """Stop kcp and exit 1; the condition saying why is already written."""
+    """Stop kcp and exit 1; the condition saying why is already written.
+
+    `ready`: the Ready condition to leave once kcp has stopped, when the cause is written on Ready itself
+    (stopping kcp would otherwise replace it with a plain "kcp stopped")."""
+
+    def __init__(self, message: str, ready: Cond | None = None) -> None:
+        super().__init__(message)
+        self.ready = ready
 
 
 class SlotAgent:
@@ -323,9 +332,10 @@ class SlotAgent:
             return fail(f"cannot write the status of KcpSlot {self.where}")
 
         if self.opts.kine is not None:
-            self.kine = await self.start_kine(self.opts.kine)
-            if self.kine is None:
-                return 1
+            started = await self.start_kine(self.opts.kine)
+            if not isinstance(started, Kine):
+                return started
+            self.kine = started
         try:
             return await self.seed_and_run()
         finally:
@@ -364,21 +374,24 @@ class SlotAgent:
         log.info("kcp started, pid %d", self.child.pid)
         return await self.supervise(self.child, plan, secret)
 
-    async def start_kine(self, binary: str) -> Kine | None:
-        """The slot's kine, listening; None (Seeded=False StoreUnreachable written) when it did not start."""
+    async def start_kine(self, binary: str) -> Kine | int:
+        """The slot's kine, listening; else the agent's exit code: 1 (Seeded=False StoreUnreachable written)
+        when kine did not start, 0 when a stop came first (as while waiting for an etcd store)."""
         try:
-            return await Kine.start(binary, self.opts.store_wait)
+            return await Kine.start(binary, self.opts.store_wait, stop=self.stop_requested)
+        except KineStopped:
+            return await self.stopped_before_start()
         except KineError as exc:
             await self.write(None, Cond("Seeded", "False", "StoreUnreachable", str(exc)))
-            fail(str(exc))
-            return None
+            return fail(str(exc))
 
     async def watch_kine(self, kine: Kine) -> None:
         """kcp cannot serve without its kine: kine ending ends the slot (kcp is stopped)."""
         why = await kine.exited()
         log.error("%s", why)
-        await self.write(None, Cond("Ready", "False", "StoreExited", why))
-        raise Fatal(why)
+        ready = Cond("Ready", "False", "StoreExited", why)
+        await self.write(None, ready)
+        raise Fatal(why, ready)
 
     async def stopped_before_start(self) -> int:
         stopped = Cond("Ready", "False", "Exited", "stopped before kcp started")
@@ -532,6 +545,7 @@ class SlotAgent:
         stop = asyncio.create_task(self.stop_requested.wait())
         waiting: set[asyncio.Task[Any]] = {exited, stop, *workers}
         result = 0
+        final: Cond | None = None  # the Ready condition a Fatal leaves once kcp stopped
         while True:
             done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
             if exited in done or stop in done:
@@ -539,7 +553,9 @@ class SlotAgent:
             failed = [t for t in done if t.exception() is not None]
             if failed:
                 exc = failed[0].exception()
-                if not isinstance(exc, Fatal):
+                if isinstance(exc, Fatal):
+                    final = exc.ready
+                else:
                     log.error("host agent failed: %s", exc)
                 result = 1
                 break
@@ -550,7 +566,7 @@ class SlotAgent:
         if exited.done() and not self.stop_requested.is_set() and result == 0:
             return await self.report_crash(child)
         stop.cancel()
-        await self.stop_kcp(child)
+        await self.stop_kcp(child, final)
         return result
 
     async def report_crash(self, child: Child) -> int:
@@ -569,8 +585,10 @@ class SlotAgent:
         )
         return 1
 
-    async def stop_kcp(self, child: Child) -> None:
-        """SIGTERM, wait up to --stop-timeout, then SIGKILL; report the exit. Works without the API server."""
+    async def stop_kcp(self, child: Child, ready: Cond | None = None) -> None:
+        """SIGTERM, wait up to --stop-timeout, then SIGKILL; report the exit. Works without the API server.
+
+        `ready`: the cause that stopped kcp, kept as the Ready condition with the exit added."""
         stopping = asyncio.create_task(
             self.write(None, Cond("Ready", "False", "Stopping", "host agent is stopping kcp"))
         )
@@ -584,10 +602,13 @@ class SlotAgent:
         child.kill_group()
         await child.drained()
         await stopping
-        log.info("kcp stopped: %s", describe_exit(returncode))
+        stopped = f"kcp stopped: {describe_exit(returncode)}"
+        log.info("%s", stopped)
+        if ready is not None:
+            ready = Cond(ready.type, ready.status, ready.reason, f"{ready.message}; {stopped}")
         await self.write(
             {"exitedAt": now_precise(), "exitCode": exit_code(returncode)},
-            Cond("Ready", "False", "Exited", f"kcp stopped: {describe_exit(returncode)}"),
+            ready or Cond("Ready", "False", "Exited", stopped),
             Cond("Listening", "False", "Exited", "kcp is not running"),
         )
 
