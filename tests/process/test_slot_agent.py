@@ -673,9 +673,8 @@ async def _file(path: Path) -> str | None:
     return path.read_text() if path.exists() and path.read_text().endswith("\n") else None
 
 
-async def test_kcp_gets_kines_address_and_stops_before_kine(
-    api: ApiClient, agents: Any, tmp_path: Path
-) -> None:
+async def _slot_on_kine(api: ApiClient, agents: Any, tmp_path: Path) -> Any:
+    """A slot agent running kcp_on_kine beside fake_kine, once kcp has started."""
     await create_secret(api, {})
     a = await agents(
         f"{SHARD}-a",
@@ -685,6 +684,13 @@ async def test_kcp_gets_kines_address_and_stops_before_kine(
     )
     st = await eventually("the kcp pid", lambda: _with(api, "a", lambda s: "pid" in s))
     agents.kcp_pids.append(st["pid"])
+    return a
+
+
+async def test_kcp_gets_kines_address_and_stops_before_kine(
+    api: ApiClient, agents: Any, tmp_path: Path
+) -> None:
+    a = await _slot_on_kine(api, agents, tmp_path)
     assert await eventually("kcp's args", lambda: _file(tmp_path / "kcp.args")) == (
         "--etcd-servers=http://127.0.0.1:4321\n"
     )
@@ -700,15 +706,7 @@ async def test_kcp_gets_kines_address_and_stops_before_kine(
 async def test_kine_ending_stops_kcp_and_the_slot_says_why(
     api: ApiClient, agents: Any, tmp_path: Path
 ) -> None:
-    await create_secret(api, {})
-    a = await agents(
-        f"{SHARD}-a",
-        kcp_on_kine(tmp_path),
-        args=["--kine", fake_kine(tmp_path)],
-        env={KINE_ENDPOINT_ENV: DSN},
-    )
-    st = await eventually("the kcp pid", lambda: _with(api, "a", lambda s: "pid" in s))
-    agents.kcp_pids.append(st["pid"])
+    a = await _slot_on_kine(api, agents, tmp_path)
     await eventually("kcp's args", lambda: _file(tmp_path / "kcp.args"))
     os.kill(int((tmp_path / "kine.pid").read_text()), signal.SIGKILL)
     assert await a.wait() == 1
