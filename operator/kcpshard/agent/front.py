@@ -44,7 +44,7 @@ from kcpshard.agent.haproxy import SLOTS, HAProxy, HAProxyBindError, HAProxyErro
 from kcpshard.api.conditions import now
 from kcpshard.api.models import FrontSpec
 from kcpshard.k8s.api import KCPSHARDS, PODS, ApiClient, ApiError, NotFound
-from kcpshard.k8s.builders import LABEL_COMPONENT, LABEL_SHARD
+from kcpshard.k8s.builders import component_selector
 from kcpshard.k8s.kubeconfig import KubeconfigError
 from kcpshard.k8s.names import front_name
 
@@ -287,7 +287,7 @@ class FrontAgent:
 
     async def _front_pods(self) -> dict[str, str]:
         """This shard's front pods: name -> phase."""
-        selector = f"{LABEL_SHARD}={self.shard},{LABEL_COMPONENT}=front"
+        selector = component_selector(self.shard, "front")
         pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
         return {str(p["metadata"]["name"]): str((p.get("status") or {}).get("phase")) for p in pods}
 

@@ -166,7 +166,7 @@ class Observer:
         have = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH)
         availability = front_availability(current)
         if not availability.available or availability.replacing_since is not None:
-            selector = f"{builders.LABEL_SHARD}={self.name},{builders.LABEL_COMPONENT}=front"
+            selector = builders.component_selector(self.name, "front")
             pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
             availability = replace(availability, pods=tuple(front_pod_view(p) for p in pods))
         return {
@@ -180,7 +180,7 @@ class Observer:
         """The slots as their KcpSlots, Jobs and pods show them; the live pods per slot name; the
         highest start counter of the Jobs per slot and revision."""
         selector = f"{builders.LABEL_SHARD}={self.name}"
-        workload = f"{selector},{builders.LABEL_COMPONENT}=slot"
+        workload = builders.component_selector(self.name, "slot")
         slot_list = await self.api.list(KCPSLOTS, self.namespace, label_selector=selector)
         job_list = await self.api.list(JOBS, self.namespace, label_selector=workload)
         pod_list = await self.api.list(PODS, self.namespace, label_selector=workload)

@@ -53,6 +53,11 @@ def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
     }
 
 
+def component_selector(shard: str, component: str) -> str:
+    """The label selector of one shard's objects of one component (`slot`, `front`)."""
+    return f"{LABEL_SHARD}={shard},{LABEL_COMPONENT}={component}"
+
+
 def owner_reference(owner: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
     meta = owner["metadata"]
     return {

@@ -22,53 +22,44 @@ _STORE_CHECKS = ("etcd", "etcd-readiness")
 
 
 def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
-    """None while the front Deployment is available. Else: FrontFailed once it has not been available for
-    roll.frontStartTimeoutSeconds, naming the node and its pods' state; before that a serving shard says
-    FrontNotServing (no client gets an answer meanwhile) and a new shard waits."""
+    """None while the front Deployment is available and not being replaced. Else, once it has been down
+    (or a replacement has made no progress) for roll.frontStartTimeoutSeconds: FrontFailed, naming the
+    node and its pods' state. Before that, a serving shard whose front is down says FrontNotServing (no
+    client gets an answer meanwhile); otherwise wait: a new shard for its front, and any shard while a
+    replacement starts beside the serving front (which goes only once the new one is Ready), so no roll
+    flips while two fronts run."""
     availability = obs.front_availability
-    if availability is None:
+    if availability is None or (availability.available and availability.replacing_since is None):
         return None
-    if availability.available:
-        return _replacement_stuck(obs, availability)
+    replacing = availability.available
+    since_text = availability.replacing_since if replacing else availability.since
     timeout = obs.spec.roll.front_start_timeout_seconds
-    since = cond.parse_time(availability.since) if availability.since else obs.now
-    until = since + datetime.timedelta(seconds=timeout)
+    until = (cond.parse_time(since_text) if since_text else obs.now) + datetime.timedelta(seconds=timeout)
     deployment = names.front_name(obs.name)
     detail = _pods_state(availability, deployment)
-    where = f"the front on node {obs.spec.node}"
-    if obs.now >= until:
-        return Stall(
-            "FrontFailed",
-            f"{where} has not been available for {timeout}s: {detail}; see kubectl describe "
-            f"deployment/{deployment} and check that node {obs.spec.node} exists and runs pods",
-        )
-    if active is not None:
-        return Stall(
-            "FrontNotServing",
-            f"{where} is not running ({detail}); clients get no answers from revision "
-            f"{obs.status.active_revision} until it is",
-        )
-    return Wait(f"waiting for {where} to start ({detail})", until=until)
-
-
-def _replacement_stuck(obs: Observed, availability: FrontAvailability) -> Stall | Wait | None:
-    """A replacement front (a changed template) starts beside the serving one, which goes only once the
-    new one is Ready: FrontFailed when it has made no progress for the timeout (the old one serves on);
-    before that, wait, so no roll flips while two fronts run."""
-    if availability.replacing_since is None:
-        return None
-    timeout = obs.spec.roll.front_start_timeout_seconds
-    until = cond.parse_time(availability.replacing_since) + datetime.timedelta(seconds=timeout)
-    deployment = names.front_name(obs.name)
-    detail = _pods_state(availability, deployment)
-    if obs.now >= until:
+    node = obs.spec.node
+    if obs.now >= until and replacing:
         serves = "the front it replaces serves on" if obs.status.active_slot else "nothing serves yet"
         return Stall(
             "FrontFailed",
-            f"the new front on node {obs.spec.node} did not become ready within {timeout}s ({detail}); "
+            f"the new front on node {node} did not become ready within {timeout}s ({detail}); "
             f"{serves}: see kubectl describe deployment/{deployment}",
         )
-    return Wait(f"the front on node {obs.spec.node} is being replaced ({detail})", until=until)
+    if obs.now >= until:
+        return Stall(
+            "FrontFailed",
+            f"the front on node {node} has not been available for {timeout}s: {detail}; see kubectl "
+            f"describe deployment/{deployment} and check that node {node} exists and runs pods",
+        )
+    if replacing:
+        return Wait(f"the front on node {node} is being replaced ({detail})", until=until)
+    if active is not None:
+        return Stall(
+            "FrontNotServing",
+            f"the front on node {node} is not running ({detail}); clients get no answers from revision "
+            f"{obs.status.active_revision} until it is",
+        )
+    return Wait(f"waiting for the front on node {node} to start ({detail})", until=until)
 
 
 def _pods_state(availability: FrontAvailability, deployment: str) -> str:
