@@ -34,7 +34,8 @@ import httpx
 
 from kcpshard.agent import cli
 from kcpshard.agent.child import die_with_parent
-from kcpshard.agent.storecheck import decode, store_tls
+from kcpshard.agent.seed import SeedError, decode_secret_data
+from kcpshard.agent.storecheck import store_tls
 from kcpshard.k8s.api import JOBS, SECRETS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.backup_job import (
     ANNOTATION_BYTES,
@@ -298,8 +299,8 @@ def _remove_partial(path: Path) -> None:
 def write_tls_files(directory: Path, data: dict[str, str], secret: str) -> list[str]:
     """Decode the Secret's TLS keys into 0600 files; returns etcdctl's flags. Never echoes the contents."""
     try:
-        decoded = decode({k: v for k, v in data.items() if k in TLS_KEYS and v})
-    except ValueError as exc:
+        decoded = decode_secret_data({k: v for k, v in data.items() if k in TLS_KEYS})
+    except SeedError as exc:
         raise BackupFailed(f"TLS Secret {secret}: {exc}") from None
     try:
         # The same reading of the Secret as the slot agent's store check (ca.crt, tls.crt with tls.key).

@@ -275,20 +275,23 @@ class FrontAgent:
         """Remove the state dirs of this front's pods that no longer exist (each pod has its own)."""
         if self.pod is None:
             return
-        try:
-            live = set(await self._front_pods())
-        except _TRANSIENT as exc:
-            self._problem(f"cannot list the front's pods: {_short(exc)}")
+        pods = await self._front_pods()
+        if pods is None:
             return
+        live = set(pods)
         prefix = f"{front_name(self.shard)}-"
         for entry in self.state_dir.parent.iterdir():
             if entry.is_dir() and entry.name.startswith(prefix) and entry.name not in live | {self.pod}:
                 shutil.rmtree(entry, ignore_errors=True)
 
-    async def _front_pods(self) -> dict[str, str]:
-        """This shard's front pods: name -> phase."""
+    async def _front_pods(self) -> dict[str, str] | None:
+        """This shard's front pods: name -> phase; None (logged) when they cannot be listed."""
         selector = component_selector(self.shard, "front")
-        pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+        try:
+            pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+        except _TRANSIENT as exc:
+            self._problem(f"cannot list the front's pods: {_short(exc)}")
+            return None
         return {str(p["metadata"]["name"]): str((p.get("status") or {}).get("phase")) for p in pods}
 
     def _serves_desired(self, running: list[int], front_status: dict[str, Any]) -> bool:
@@ -317,10 +320,8 @@ class FrontAgent:
         holds the port, and the new one shares it (SO_REUSEPORT) rather than waiting for it to go."""
         if self.pod is None:
             return []
-        try:
-            pods = await self._front_pods()
-        except _TRANSIENT as exc:
-            self._problem(f"cannot list the front's pods: {_short(exc)}")
+        pods = await self._front_pods()
+        if pods is None:
             return []
         return [name for name, phase in pods.items() if name != self.pod and phase == "Running"]
 

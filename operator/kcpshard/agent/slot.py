@@ -45,7 +45,6 @@ from kcpshard.agent.storecheck import (
     StoreTLS,
     client_context,
     connect_problem,
-    decode,
     store_endpoint,
     store_tls,
 )
@@ -407,13 +406,13 @@ class SlotAgent:
         where = f"{self.opts.namespace}/{name}"
         try:
             secret = await self.api.get(SECRETS, self.opts.namespace, name)
-            tls = store_tls(where, decode(dict(secret.get("data") or {})))
+            tls = store_tls(where, seed.decode_secret_data(secret.get("data")))
             # A CA that does not parse fails here, where the message can say which Secret holds it.
             client_context(tls)
             return tls
         except NotFound:
             reason, msg = "MissingSecret", f"Secret {where} (the store's TLS) not found"
-        except (ValueError, ssl.SSLError) as exc:
+        except (ValueError, seed.SeedError, ssl.SSLError) as exc:
             reason, msg = "InvalidMaterial", f"the store's TLS Secret {where}: {exc}"
         except API_ERRORS as exc:
             fail(f"cannot read Secret {where}: {exc}")

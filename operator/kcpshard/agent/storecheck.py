@@ -9,7 +9,6 @@ ending, much later, as a ready timeout.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import os
 import socket
@@ -83,17 +82,6 @@ def store_tls(secret: str, data: Mapping[str, bytes]) -> StoreTLS:
         have, lacks = ("tls.crt", "tls.key") if cert is not None else ("tls.key", "tls.crt")
         raise ValueError(f"Secret {secret} has {have} but no {lacks}")
     return StoreTLS(secret, ca, cert, key)
-
-
-def decode(data: Mapping[str, str]) -> dict[str, bytes]:
-    """A Secret's `data` (base64) decoded; ValueError names the key, never the content."""
-    out: dict[str, bytes] = {}
-    for key, value in data.items():
-        try:
-            out[key] = base64.b64decode(value, validate=True)
-        except ValueError:
-            raise ValueError(f"key {key} is not valid base64") from None
-    return out
 
 
 def client_context(tls: StoreTLS | None) -> ssl.SSLContext:

@@ -88,13 +88,9 @@ class ShardReconciler:
                         return
                     self.logger.warning(f"{exc}; looking again")
                     timeout = 1.0
-                except ApiError as exc:
-                    # 409, 429, 5xx (a refusal of an action stalls the shard instead: see dispatch).
-                    failures += 1
-                    timeout = retry_backoff(failures)
-                    self.logger.warning(f"API error, retrying in {timeout:g}s: {exc}")
-                except (KcpError, httpx.HTTPError, OSError) as exc:
-                    # kcp or the front is briefly unreachable: the step is idempotent, try it again.
+                except (ApiError, KcpError, httpx.HTTPError, OSError) as exc:
+                    # Errors that may pass: 409, 429, 5xx (a refusal of an action stalls the shard instead:
+                    # see dispatch), kcp or the front briefly unreachable. Every step is idempotent.
                     failures += 1
                     timeout = retry_backoff(failures)
                     self.logger.warning(f"{type(exc).__name__}: {exc}; retrying in {timeout:g}s")
