@@ -3,6 +3,7 @@ read-modify-write (retried on 409), other writers' fields survive it, and its Ev
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -75,6 +76,44 @@ async def test_first_sight_writes_ready_unknown_once() -> None:
     assert api.requests == [*READ_WRITE, ("get", "kcpshards", "root")]  # the second time: nothing to write
     assert condition(api, "Ready") == ("Unknown", "Observed")
     assert events.posted == []
+
+
+async def test_a_write_starts_from_the_shard_the_round_read() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = observed(api)
+    w.known(copy.deepcopy(api.stored(KCPSHARDS, "root")))
+    await w.first_sight(obs)
+    assert api.requests == [("replace", "kcpshards/status", "root")]  # no GET: the round read it
+    assert condition(api, "Ready") == ("Unknown", "Observed")
+
+
+async def test_a_stale_read_meets_409_and_the_write_reads_again() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = observed(api)
+    w.known(copy.deepcopy(api.stored(KCPSHARDS, "root")))
+    # The front agent writes its part after the round read the shard: the round's copy is stale.
+    api.touch(KCPSHARDS, "root", lambda o: o.setdefault("status", {}).update(front={"serving": "a"}))
+    await w.first_sight(obs)
+    assert api.requests == [("replace", "kcpshards/status", "root"), *READ_WRITE]
+    assert condition(api, "Ready") == ("Unknown", "Observed")
+    assert status(api)["front"] == {"serving": "a"}  # the other writer's field survives
+
+
+async def test_a_stale_read_that_says_nothing_to_write_asks_the_server() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = observed(api)
+    await w.first_sight(obs)
+    before = copy.deepcopy(api.stored(KCPSHARDS, "root"))
+    # Someone cleared the conditions after this writer's copy: its copy alone would say "already there".
+    api.touch(KCPSHARDS, "root", lambda o: o["status"].update(conditions=[]))
+    w.known(before)
+    api.requests.clear()
+    await w.first_sight(obs)
+    assert api.requests == READ_WRITE
+    assert condition(api, "Ready") == ("Unknown", "Observed")
 
 
 async def test_a_stall_is_written_and_told_once() -> None:

@@ -1,5 +1,8 @@
 """kopf handlers: thin. Each KcpShard gets a daemon running its reconcile loop; watch
-events of KcpShards, KcpSlots and slot Jobs wake that loop up."""
+events of KcpShards, KcpSlots and slot Jobs wake that loop up.
+
+The wake-up handlers are async: kopf runs a sync handler in a thread of its executor, and an
+asyncio.Event set from another thread is not thread-safe and may wake the loop late."""
 
 from __future__ import annotations
 
@@ -89,16 +92,16 @@ def _slot_or_backup(value: str | None, **_: Any) -> bool:
 
 
 @kopf.on.event(GROUP, VERSION, "kcpshards")
-def shard_changed(name: str, namespace: str | None, **_: Any) -> None:
+async def shard_changed(name: str, namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "kcpslots")
-def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+async def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: _slot_or_backup})
 @kopf.on.event("", "v1", "pods", labels={builders.LABEL_COMPONENT: "slot"})
-def workload_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+async def workload_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))

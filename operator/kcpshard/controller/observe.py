@@ -6,6 +6,7 @@ the plan's decision and the status writer's job, like every other write.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from collections.abc import Mapping
@@ -97,10 +98,16 @@ class Observer:
         rollout = status.rollout
         target_spec, target_error = _parse_spec(rollout.target_spec if rollout else None, "targetSpec")
         active_spec, _ = _parse_spec(status.active_spec, "activeSpec")
-        slots, busy, starts = await self._observe_slots()
-        backup = None
-        if rollout is not None and rollout.step == Step.BACKING_UP.value:
-            backup = await self._observe_backup(rollout)
+        # The reads are independent of each other: at once, so a round costs one round trip, not six.
+        (slots, busy, starts), backup, root_shard, shared_secret, front = await asyncio.gather(
+            self._observe_slots(),
+            self._observe_backup(rollout)
+            if rollout is not None and rollout.step == Step.BACKING_UP.value
+            else _none(),
+            self._root_shard(spec),
+            self._exists(SECRETS, names.shared_secret_name(self.name)),
+            self._front(body, spec),
+        )
         return Observed(
             spec=spec,
             revision=revision_of(spec),
@@ -114,9 +121,9 @@ class Observer:
             job_starts=starts,
             backup=backup,
             neighbours=self.index.neighbours(self.namespace, self.name, spec),
-            root_shard=await self._root_shard(spec),
-            shared_secret=await self._exists(SECRETS, names.shared_secret_name(self.name)),
-            **await self._front(body, spec),
+            root_shard=root_shard,
+            shared_secret=shared_secret,
+            **front,
             **seen,
         )
 
@@ -181,9 +188,11 @@ class Observer:
         highest start counter of the Jobs per slot and revision."""
         selector = f"{builders.LABEL_SHARD}={self.name}"
         workload = builders.component_selector(self.name, "slot")
-        slot_list = await self.api.list(KCPSLOTS, self.namespace, label_selector=selector)
-        job_list = await self.api.list(JOBS, self.namespace, label_selector=workload)
-        pod_list = await self.api.list(PODS, self.namespace, label_selector=workload)
+        slot_list, job_list, pod_list = await asyncio.gather(
+            self.api.list(KCPSLOTS, self.namespace, label_selector=selector),
+            self.api.list(JOBS, self.namespace, label_selector=workload),
+            self.api.list(PODS, self.namespace, label_selector=workload),
+        )
         jobs = {job["metadata"]["name"]: job for job in job_list.get("items", [])}
         starts: dict[tuple[SlotName, str], int] = {}
         for job in jobs.values():
@@ -321,6 +330,10 @@ def _parse_spec(raw: Mapping[str, Any] | None, where: str) -> tuple[KcpShardSpec
         return KcpShardSpec.model_validate(raw), None
     except ValidationError as exc:
         return None, validation_message(exc, f"status.{where}")
+
+
+async def _none() -> None:
+    return None
 
 
 def _slot_key(obj: Mapping[str, Any]) -> tuple[SlotName, str] | None:

@@ -105,6 +105,7 @@ class ShardReconciler:
     async def reconcile_once(self) -> float | None:
         """One round; returns how long to wait, or None to go on at once."""
         obs = await self.observer.observe()
+        self.dispatcher.writer.known(obs.shard)
         for _ in range(MAX_ACTIONS_PER_ROUND):
             action = plan.next_action(obs)
             self.logger.debug(f"next action: {action}")

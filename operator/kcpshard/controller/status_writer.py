@@ -63,6 +63,7 @@ class StatusWriter:
         self.name = name
         self.logger = logger
         self.events = events
+        self._known: Mapping[str, Any] | None = None
 
     # ----- the mechanics ---------------------------------------------------------------------------
 
@@ -76,8 +77,15 @@ class StatusWriter:
             wrote = new is not None
             return new
 
-        await mutate_status(self.api, KCPSHARDS, self.namespace, self.name, tracked)
+        known, self._known = self._known, None  # forgotten unless the write returns a newer one
+        self._known = await mutate_status(
+            self.api, KCPSHARDS, self.namespace, self.name, tracked, known=known
+        )
         return wrote
+
+    def known(self, body: Mapping[str, Any]) -> None:
+        """The shard as a round just read it: the first write of the round starts from it, not a GET."""
+        self._known = body
 
     def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:
         if not seen.shard:

@@ -9,7 +9,7 @@ with the resourceVersion read, retry on 409 Conflict.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kcpshard.k8s.api import ApiClient, Conflict, NotFound, ResourceRef
@@ -26,15 +26,18 @@ async def mutate_status(
     *,
     attempts: int = 10,
     uid: str | None = None,
+    known: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Apply `fn` to the current status and write it back; returns the object written (or read).
 
     `fn` gets a copy of the status and returns the new status, or None to write nothing. With `uid`,
     an object of the same name but another uid (deleted and created again) is NotFound: a writer never
-    reports onto an object that is not the one it works for.
+    reports onto an object that is not the one it works for. `known`, the object as the caller last read
+    or wrote it, saves the first GET: if it is stale, the PUT meets 409 and the next try reads.
     """
-    for _ in range(attempts):
-        obj = await api.get(ref, namespace, name)
+    for attempt in range(attempts):
+        fresh = attempt > 0 or known is None
+        obj = known if known is not None and not fresh else await api.get(ref, namespace, name)
         if uid is not None and obj["metadata"].get("uid") != uid:
             raise NotFound(
                 404, "NotFound", f"{ref.plural} {name} with uid {uid} is gone (another object has its name)"
@@ -42,7 +45,9 @@ async def mutate_status(
         status = copy.deepcopy(obj.get("status") or {})
         new_status = fn(status)
         if new_status is None or new_status == (obj.get("status") or {}):
-            return obj
+            if not fresh:
+                continue  # only the server can say there is nothing to write
+            return dict(obj)
         body = {**obj, "status": new_status}
         try:
             return await api.replace(ref, namespace, name, body, subresource="status")
