@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from kcpshard.k8s.builders import owner_reference
+from kcpshard.k8s.owners import owner_reference
 
 # Secret keys are the file names: `.admin-token-store` is a valid key (`[-._a-zA-Z0-9]+`).
 ROOT_FILES = ("apiserver.crt", "apiserver.key", "sa.key", ".admin-token-store", "admin.kubeconfig")

@@ -1,7 +1,7 @@
 """The host agent's check that the shard's store answers before kcp starts, as kcp's etcd client would
 reach it: a TCP connection for `http`, a TLS handshake verified with the store's CA for `https`.
 
-The schemes come from `kcpshard.api.models.STORE_SCHEMES`, the same list the CRD's pattern is made of, so
+The schemes come from `kcpshard.api.basics.STORE_SCHEMES`, the same list the CRD's pattern is made of, so
 the schema admits exactly the endpoints this check can parse. A TLS failure says what to set instead of
 ending, much later, as a ready timeout.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from kcpshard.api.models import STORE_SCHEMES
+from kcpshard.api.basics import STORE_SCHEMES
 from kcpshard.kcp.flags import ETCD_TLS_DIR, ETCD_TLS_FILES
 
 ETCD_CLIENT_PORT = 2379

@@ -12,17 +12,16 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GROUP = "kcpshard.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from kcpshard.api.basics import API_VERSION as API_VERSION
+from kcpshard.api.basics import GROUP as GROUP
+from kcpshard.api.basics import STORE_SCHEMES as STORE_SCHEMES
+from kcpshard.api.basics import VERSION as VERSION
+from kcpshard.api.basics import SlotName as SlotName
 
 # Semver as kcp tags it: v0.32.1, v0.33.0-rc.1.
 VERSION_PATTERN = r"^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-# The store endpoints the host agent checks and kcp's etcd client dials (kcpshard.agent.storecheck parses
-# with the same list): the CRD admits no other scheme.
-STORE_SCHEMES = ("http", "https")
 URL_PATTERN = rf"^({'|'.join(STORE_SCHEMES)})://[^\s]+$"
 
 
@@ -40,14 +39,6 @@ class Shape(enum.StrEnum):
 class DeletionPolicy(enum.StrEnum):
     RETAIN = "Retain"
     DELETE = "Delete"
-
-
-class SlotName(enum.StrEnum):
-    A = "a"
-    B = "b"
-
-    def other(self) -> SlotName:
-        return SlotName.B if self is SlotName.A else SlotName.A
 
 
 class SecretKeyRef(Model):

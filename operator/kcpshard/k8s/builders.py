@@ -15,6 +15,7 @@ from kcpshard.k8s.names import (
     slot_job_name,
     slot_object_name,
 )
+from kcpshard.k8s.owners import owner_reference
 from kcpshard.kcp.flags import (
     KINE_ENDPOINT_ENV,
     KINE_ENDPOINT_KEY,
@@ -56,18 +57,6 @@ def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
 def component_selector(shard: str, component: str) -> str:
     """The label selector of one shard's objects of one component (`slot`, `front`)."""
     return f"{LABEL_SHARD}={shard},{LABEL_COMPONENT}={component}"
-
-
-def owner_reference(owner: dict[str, Any], *, controller: bool = True) -> dict[str, Any]:
-    meta = owner["metadata"]
-    return {
-        "apiVersion": owner.get("apiVersion", API_VERSION),
-        "kind": owner["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": controller,
-        "blockOwnerDeletion": True,
-    }
 
 
 def shard_state_dir(namespace: str, shard: str) -> str:

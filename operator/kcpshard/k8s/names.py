@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from kcpshard.api.models import SlotName
+from kcpshard.api.basics import SlotName
 
 # A label value: at most 63 characters (k8s.io/apimachinery/pkg/util/validation IsValidLabelValue).
 MAX_SHARD_NAME = 63

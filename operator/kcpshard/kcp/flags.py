@@ -15,11 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from kcpshard.api.models import KcpShardSpec, spec_rule_problems
 from kcpshard.kcp.errors import VersionError
 from kcpshard.kcp.versions import SUPPORTED, SemverRange, Version, known
+
+if TYPE_CHECKING:  # the host agents import this module; pydantic would slow their start
+    from kcpshard.api.models import KcpShardSpec
 
 ETCD_TLS_DIR = "etcd-tls"
 ETCD_TLS_FILES = {"ca": "ca.crt", "cert": "tls.crt", "key": "tls.key"}
@@ -358,6 +361,8 @@ def validate(spec: KcpShardSpec) -> list[str]:
         if msg:
             msgs.append(msg)
     msgs.extend(_check_extra_args(spec.extra_args))
+    from kcpshard.api.models import spec_rule_problems
+
     msgs.extend(spec_rule_problems(spec))
     return msgs
 
