@@ -283,6 +283,35 @@ async def test_fresh_start_uploads_then_second_slot_seeds_then_stop_and_crash(
     assert st_b["exitCode"] == 137 and st_b["exitedAt"]
 
 
+async def test_a_stopping_kcp_holding_a_watch_after_its_listener_closed_is_reported(
+    api: ApiClient, etcd: EtcdServer, agents: Any
+) -> None:
+    await create_secret(api, {})
+    a = await agents(f"{SHARD}-a", fake_kcp(etcd))
+    st = await wait_condition(api, "a", "Ready", "True")
+    agents.kcp_pids.append(st["pid"])
+    ca = seed.last_certificate((a.root / "apiserver.crt").read_bytes())
+    token = seed.shard_admin_token((a.root / "admin.kubeconfig").read_bytes())
+    url = f"https://127.0.0.1:{st['port']}/clusters/root/api/v1/namespaces/default/configmaps?watch=1"
+    async with (
+        client_for(ca, timeout=120) as client,
+        client.stream("GET", url, headers={"Authorization": f"Bearer {token}"}) as watch,
+    ):
+        assert watch.status_code == 200
+        a.signal(signal.SIGTERM)
+        # After its shutdown delay kcp closes its listener, but holds the open watch (up to 60 s).
+        unlistened = await eventually(
+            "Listening=False/ShuttingDown",
+            lambda: _with(api, "a", lambda s: (cond(s, "Listening") or ("", ""))[1] == "ShuttingDown"),
+        )
+        assert cond(unlistened, "Listening")[:2] == ("False", "ShuttingDown")  # type: ignore[index]
+        assert not pid_gone(st["pid"])
+    # The watch closed (the front closes it in a roll): kcp exits at once, and the agent reports it.
+    assert await a.wait() == 0
+    st = await slot_status(api, "a")
+    assert cond(st, "Listening")[:2] == ("False", "Exited")  # type: ignore[index]
+
+
 async def _with(api: ApiClient, slot: str, pred: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
     st = await slot_status(api, slot)
     return st if pred(st) else None

@@ -816,6 +816,22 @@ def test_old_slot_is_asked_to_stop_before_it_is_killed() -> None:
     assert next_of(status, slot(A, "old"), slot(B), now=late) == plan.StopSlot(A, "job-a")
 
 
+def test_watches_the_old_kcp_holds_after_closing_its_listener_are_closed_at_the_front() -> None:
+    unlistened = ({"type": "Listening", "status": "False", "reason": "ShuttingDown", "message": "m"},)
+    old = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True), conditions=unlistened)
+    held = during(rollout(Step.STOPPING_OLD), active_slot="b", front=FrontStatus(connections={"a": 3}))
+    assert next_of(held, old, slot(B)) == plan.RequestDrain(A)
+    # asked once; nothing left open; or still listening (in its shutdown delay): wait for the exit
+    asked = during(rollout(Step.STOPPING_OLD), front=FrontStatus(connections={"a": 3}, drain="a"))
+    closed = during(rollout(Step.STOPPING_OLD), active_slot="b", front=FrontStatus(connections={"b": 3}))
+    listening = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True))
+    for status, old_slot in ((asked, old), (closed, old), (held, listening)):
+        assert isinstance(next_of(status, old_slot, slot(B)), plan.Wait)
+    # Single: the front still serves the old slot while it stops; its connections end with it.
+    single_held = during(single(Step.STOPPING_OLD), front=FrontStatus(connections={"a": 3}))
+    assert isinstance(next_of(single_held, slot(A, "old", job=old.job, conditions=unlistened)), plan.Wait)
+
+
 def test_single_stopping_old_stops_the_serving_slot_then_starts() -> None:
     status = during(single(Step.STOPPING_OLD))
     # the slot being stopped is also the roll's target slot: its going is no SlotLost

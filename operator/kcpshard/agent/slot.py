@@ -592,12 +592,15 @@ class SlotAgent:
             self.write(None, Cond("Ready", "False", "Stopping", "host agent is stopping kcp"))
         )
         child.signal(signal.SIGTERM)
+        unlistened = asyncio.create_task(self.report_unlistened(child))
         try:
             returncode = await asyncio.wait_for(child.wait(), self.opts.stop_timeout)
         except TimeoutError:
             log.warning("kcp did not stop within %ss: killing it", self.opts.stop_timeout)
             child.kill_group()
             returncode = await child.wait()
+        finally:
+            unlistened.cancel()
         child.kill_group()
         await child.drained()
         await stopping
@@ -610,6 +613,21 @@ class SlotAgent:
             ready or Cond("Ready", "False", "Exited", stopped),
             Cond("Listening", "False", "Exited", "kcp is not running"),
         )
+
+    async def report_unlistened(self, child: Child) -> None:
+        """Once a stopping kcp closed its listener (after its shutdown delay), say so: what it still serves
+        are long-running requests (watches), which kcp holds until its HTTP server's shutdown timeout
+        (60 s) unless the front closes them; the operator asks the front to, so their clients resume on
+        the new slot at once."""
+        while True:
+            try:
+                if not listening_ports(child.pid):
+                    break
+            except OSError:
+                return  # gone: the exit is reported by the caller
+            await asyncio.sleep(POLL_FAST / 2)
+        log.info("kcp stopped listening; it serves only the requests still open")
+        await self.write(None, Cond("Listening", "False", "ShuttingDown", "kcp stopped listening"))
 
     async def watch_kcp(self, child: Child) -> None:
         await self.persist({"pid": child.pid})

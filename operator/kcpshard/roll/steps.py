@@ -222,7 +222,23 @@ def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) ->
     if obs.now >= until:
         # kcp and its host agent outlived SIGTERM and the grace period: the kubelet kills them.
         return KillSlot(old.name, old.pods, timeout)
+    if not single and watches_held(obs, old):
+        return RequestDrain(old.name)
     return Wait("waiting for the old slot to exit", until=until)
+
+
+def watches_held(obs: Observed, old: SlotView) -> bool:
+    """The old kcp closed its listener (its shutdown delay is over) but the front still has connections
+    to it: watches, which kcp holds until its HTTP server's shutdown timeout (60 s) while their clients
+    see no events. Closed at the front, they resume on the new slot (blue/green: the front serves it)."""
+    front, unlistened = obs.status.front, old.failed("Listening")
+    return (
+        unlistened is not None
+        and unlistened.get("reason") == "ShuttingDown"
+        and front is not None
+        and front.connections.get(old.name.value, 0) > 0
+        and front.drain != old.name.value
+    )
 
 
 def handing_over(obs: Observed, rollout: RolloutStatus) -> Action:

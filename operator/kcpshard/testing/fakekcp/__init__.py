@@ -15,6 +15,9 @@ Test knobs (environment variables, because a real kcp would reject unknown flags
 - `KCP_FAKE_RETRY_AFTER_HOLD_SECONDS` (default 0): with `--shutdown-send-retry-after`, keep answering 429
   at least that long after the shutdown delay (kube answers 429 only until in-flight requests drain,
   which is usually instant; tests need a window to observe it).
+- `KCP_FAKE_WATCH_HOLD_SECONDS` (default 60): without `--shutdown-watch-termination-grace-period` (kcp
+  refuses the flag), watches still open when the listener closes are held, silent, up to this long or until
+  their clients close them, as kcp's HTTP server does until its shutdown timeout.
 - `KCP_FAKE_RSA_BITS` (default 4096): size of the generated `sa.key` (tests may use 2048 to be quicker).
 """
 

@@ -117,6 +117,7 @@ class Kcp:
             opts.shutdown_watch_termination_grace_period,
             knobs.retry_after_hold,
             knobs.ignore_sigterm,
+            knobs.watch_hold,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -34,6 +34,7 @@ class Knobs:
     retry_period: float
     controller_period: float
     retry_after_hold: float
+    watch_hold: float
     rsa_bits: int
 
     @classmethod
@@ -50,5 +51,6 @@ class Knobs:
             retry_period=_float("KCP_FAKE_RETRY_PERIOD_SECONDS", 2.0),
             controller_period=_float("KCP_FAKE_CONTROLLER_PERIOD_SECONDS", 0.2),
             retry_after_hold=_float("KCP_FAKE_RETRY_AFTER_HOLD_SECONDS", 0.0),
+            watch_hold=_float("KCP_FAKE_WATCH_HOLD_SECONDS", 60.0),
             rsa_bits=int(_float("KCP_FAKE_RSA_BITS", 4096)),
         )
