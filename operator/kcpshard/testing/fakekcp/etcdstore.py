@@ -52,7 +52,10 @@ def _prefix_end(prefix: str) -> str:
 @dataclass
 class Stored:
     obj: Obj
-    revision: int
+    revision: int  # etcd's mod_revision: the object's resourceVersion
+    # etcd's create_revision when read from etcd; on a write's answer, the write's revision for a create
+    # and 0 (not known) for an update.
+    create_revision: int = 0
 
 
 class EtcdStore:
@@ -94,7 +97,7 @@ class EtcdStore:
         obj = json.loads(_unb64(kv["value"]))
         rev = int(kv.get("mod_revision", 0))
         obj.setdefault("metadata", {})["resourceVersion"] = str(rev)
-        return Stored(obj, rev)
+        return Stored(obj, rev, int(kv.get("create_revision", 0)))
 
     @staticmethod
     def _encode(obj: Obj) -> str:
@@ -130,7 +133,9 @@ class EtcdStore:
         )
         if not res.get("succeeded"):
             raise AlreadyExists(path)
-        return self._stored(obj, res)
+        stored = self._stored(obj, res)
+        stored.create_revision = stored.revision
+        return stored
 
     async def update(self, path: str, obj: Obj, revision: int | None = None) -> Stored:
         """Compare-and-swap on mod_revision; `revision=None` means "the one currently stored" (must exist)."""

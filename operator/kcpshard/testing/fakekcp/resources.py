@@ -196,33 +196,64 @@ class RestHandlers:
         )
 
     async def watch(self, req: web.Request) -> web.StreamResponse:
-        """A polling watch: ADDED/MODIFIED/DELETED events as JSON lines until the client or server ends it."""
+        """A polling watch: ADDED/MODIFIED/DELETED events as JSON lines until the client or server ends it.
+
+        Without `resourceVersion` (or with "0") it starts with ADDED for every existing object, as kube
+        does. With `resourceVersion=X` objects whose revision (etcd mod_revision, their resourceVersion) is
+        <= X count as known, and only later changes are sent: ADDED for an object created after X (etcd
+        create_revision > X), MODIFIED for one created before and changed since. Unlike kube, which replays
+        its history from X, a polling watch cannot know about objects deleted between X and its start (no
+        DELETED for them), sends one event per object per poll (0.5 s) however often it changed, and never
+        answers 410 Gone (no compaction check). Events of one poll are sent in revision order; a DELETED
+        object carries the revision of the poll that noticed the deletion (kube: the deletion's revision),
+        so the last event's resourceVersion is a safe point to resume from. `allowWatchBookmarks` is
+        accepted and ignored (kube may send BOOKMARK events; clients take both); `timeoutSeconds` ends it.
+        """
         cluster, ns = self._where(req)
         folder = self.res.folder(cluster, ns)
+        since = req.query.get("resourceVersion", "")
+        if since not in ("", "0") and not since.isdigit():
+            return _invalid_resource_version(since)
+        from_rev = int(since) if since not in ("", "0") else None
         resp = web.StreamResponse(headers={"Content-Type": "application/json"})
         await resp.prepare(req)
-        known: dict[str, tuple[str, Obj]] = {}
+        known: dict[str, tuple[int, Obj]] = {}
+        first = True
         timeout = float(req.query.get("timeoutSeconds", "1800") or 1800)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         with self.watches.track() as stop:
             while loop.time() < deadline and not stop.is_set():
-                items, _ = await self.store.list(folder)
-                seen: dict[str, tuple[str, Obj]] = {
-                    f"{s.obj['metadata'].get('namespace', '')}/{s.obj['metadata']['name']}": (
-                        str(s.revision),
-                        s.obj,
-                    )
-                    for s in items
-                }
-                events: list[tuple[str, Obj]] = []
-                for k, (rv, o) in seen.items():
-                    if k not in known:
-                        events.append(("ADDED", o))
-                    elif known[k][0] != rv:
-                        events.append(("MODIFIED", o))
-                events += [("DELETED", o) for k, (_, o) in known.items() if k not in seen]
-                known = seen
+                if self.watches.held:  # kcp shutting down: open, silent, until the client closes it
+                    if req.transport is None or req.transport.is_closing():
+                        break
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), timeout=0.1)
+                    continue
+                items, list_rev = await self.store.list(folder)
+                seen: dict[str, tuple[int, Obj]] = {}
+                changed: list[tuple[int, str, Obj]] = []
+                for s in items:
+                    meta = s.obj["metadata"]
+                    k = f"{meta.get('namespace', '')}/{meta['name']}"
+                    seen[k] = (s.revision, s.obj)
+                    if first and from_rev is not None:
+                        if s.revision <= from_rev:
+                            continue  # the client knows it already
+                        typ = "ADDED" if s.create_revision > from_rev else "MODIFIED"
+                        changed.append((s.revision, typ, s.obj))
+                    elif k not in known:
+                        changed.append((s.revision, "ADDED", s.obj))
+                    elif known[k][0] != s.revision:
+                        changed.append((s.revision, "MODIFIED", s.obj))
+                changed.sort(key=lambda e: e[0])
+                events = [(typ, o) for _, typ, o in changed]
+                for k, (_, o) in known.items():
+                    if k not in seen:
+                        gone = json.loads(json.dumps(o))
+                        gone["metadata"]["resourceVersion"] = str(list_rev)
+                        events.append(("DELETED", gone))
+                known, first = seen, False
                 for typ, o in events:
                     await resp.write((json.dumps({"type": typ, "object": o}) + "\n").encode())
                 with contextlib.suppress(TimeoutError):
@@ -236,6 +267,7 @@ class WatchTracker:
     def __init__(self) -> None:
         self.group = WaitGroup()
         self._stops: set[asyncio.Event] = set()
+        self.held = False  # shutting down: open watches stay open and send nothing (see shutdown.py)
 
     @property
     def open(self) -> int:
@@ -265,6 +297,14 @@ class _Tracked:
     def __exit__(self, *exc: object) -> None:
         self.tracker.group.done()
         self.tracker._stops.discard(self.event)
+
+
+def _invalid_resource_version(rv: str) -> web.Response:
+    """What kube answers a watch with a resourceVersion that is not a number: a 500 Status with no reason."""
+    parse = f'strconv.ParseUint: parsing "{rv}": invalid syntax'
+    body: Obj = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure"}
+    body |= {"message": f'resourceVersion: Invalid value: "{rv}": {parse}', "code": 500}
+    return web.json_response(body, status=500)
 
 
 async def _json_body(req: web.Request) -> Obj | web.Response:
