@@ -12,6 +12,7 @@ Anything else counts as a failure: a refused connection, a 5xx, a timeout.
 from __future__ import annotations
 
 import asyncio
+import math
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ class LoadReport:
     by_status: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
     latencies: list[float] = field(default_factory=list)  # seconds per request, retries included
+    # (time.time() when the request ended, succeeded) per request, failed ones included
+    outcomes: list[tuple[float, bool]] = field(default_factory=list)
 
     def percentile(self, p: float) -> float:
         """The p-th percentile of the latencies (nearest rank), in seconds; nan with none."""
@@ -36,6 +39,40 @@ class LoadReport:
             return float("nan")
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, max(0, round(p / 100 * len(ordered)) - 1))]
+
+    def per_second(self, start: float, end: float) -> list[tuple[float, int, int]]:
+        """(second's start, succeeded, failed) for each whole second from `start` (wall clock) while
+        before `end`, counting the requests that ended in it; requests outside [start, end) are left out."""
+        if not end > start:
+            return []
+        seconds = math.ceil(end - start)
+        ok = [0] * seconds
+        failed = [0] * seconds
+        for at, succeeded in self.outcomes:
+            if start <= at < end:
+                i = min(int(at - start), seconds - 1)
+                if succeeded:
+                    ok[i] += 1
+                else:
+                    failed[i] += 1
+        return [(start + i, ok[i], failed[i]) for i in range(seconds)]
+
+    def outage_seconds(self) -> float:
+        """How long the client could get no answer: for each run of failed requests (ordered by when they
+        ended), from the last success before it to the first success after it. A run still failing at
+        the end counts to its last failure."""
+        total, last_ok, first_fail, last_fail = 0.0, None, None, None
+        for at, ok in sorted(self.outcomes):
+            if not ok:
+                first_fail = at if first_fail is None else first_fail
+                last_fail = at
+                continue
+            if first_fail is not None:
+                total += at - (last_ok if last_ok is not None else first_fail)
+            last_ok, first_fail = at, None
+        if first_fail is not None and last_fail is not None:
+            total += last_fail - (last_ok if last_ok is not None else first_fail)
+        return round(total, 3)
 
     def summary(self) -> str:
         return (
@@ -71,7 +108,8 @@ class KubeStyleLoad:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def _one(self) -> None:
+    async def _one(self) -> bool:
+        """One request, with client-go's retries; True when it got a 200."""
         closed_retry_used = False
         for _ in range(self.max_retries):
             try:
@@ -83,10 +121,10 @@ class KubeStyleLoad:
                     self.report.retried_closed += 1
                     continue
                 self._fail(f"{type(exc).__name__}: {exc}")
-                return
+                return False
             except httpx.HTTPError as exc:
                 self._fail(f"{type(exc).__name__}: {exc}")
-                return
+                return False
             self.report.by_status[response.status_code] = (
                 self.report.by_status.get(response.status_code, 0) + 1
             )
@@ -96,10 +134,11 @@ class KubeStyleLoad:
                 continue
             if response.status_code == 200:
                 self.report.ok += 1
-            else:
-                self._fail(f"HTTP {response.status_code}: {response.text[:200]}")
-            return
+                return True
+            self._fail(f"HTTP {response.status_code}: {response.text[:200]}")
+            return False
         self._fail(f"gave up after {self.max_retries} tries")
+        return False
 
     def _fail(self, what: str) -> None:
         self.report.failed += 1
@@ -109,8 +148,9 @@ class KubeStyleLoad:
     async def _worker(self) -> None:
         while not self._stop.is_set():
             started = time.monotonic()
-            await self._one()
+            ok = await self._one()
             self.report.latencies.append(time.monotonic() - started)
+            self.report.outcomes.append((time.time(), ok))
 
     async def start(self) -> None:
         self._started = time.monotonic()
