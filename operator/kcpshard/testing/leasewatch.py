@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 
 from kcpshard.kcp.client import LEASE_PATH
+from kcpshard.testing.load import kube_client
 
 
 def parse_micro_time(value: object) -> datetime | None:
@@ -120,13 +120,7 @@ class LeaseWatch:
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("LeaseWatch already started")
-        context = ssl.create_default_context(cadata=self.ca_pem.decode("ascii"))
-        self._client = httpx.AsyncClient(
-            base_url=self.base_url,
-            verify=context,
-            headers={"Authorization": f"Bearer {self.token}", "Accept": "application/json"},
-            timeout=httpx.Timeout(max(self.interval * 10, 2.0)),
-        )
+        self._client = kube_client(self.base_url, self.token, self.ca_pem, max(self.interval * 10, 2.0))
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> list[Handover]:

@@ -20,6 +20,16 @@ from dataclasses import dataclass, field
 import httpx
 
 
+def kube_client(base_url: str, token: str, ca_pem: bytes, timeout: float = 10.0) -> httpx.AsyncClient:
+    """An HTTP client as kubectl's would be: the server checked against `ca_pem`, a bearer token, JSON."""
+    return httpx.AsyncClient(
+        base_url=base_url,
+        verify=ssl.create_default_context(cadata=ca_pem.decode()),
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        timeout=httpx.Timeout(timeout),
+    )
+
+
 @dataclass
 class LoadReport:
     ok: int = 0
@@ -98,13 +108,7 @@ class KubeStyleLoad:
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.report = LoadReport()
-        context = ssl.create_default_context(cadata=ca_pem.decode())
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            verify=context,
-            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-            timeout=httpx.Timeout(10.0),
-        )
+        self._client = kube_client(base_url, token, ca_pem)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 

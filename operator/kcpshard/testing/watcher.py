@@ -29,13 +29,14 @@ import asyncio
 import contextlib
 import json
 import secrets
-import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from kcpshard.testing.load import kube_client
 
 CATCH_UP_SECONDS = 5.0
 
@@ -95,13 +96,7 @@ class WatchedWrites:
         self.max_retries = max_retries
         self.prefix = f"bench-watch-{secrets.token_hex(3)}-"
         self.report = WatchReport()
-        context = ssl.create_default_context(cadata=ca_pem.decode())
-        self._client = httpx.AsyncClient(
-            base_url=base_url,
-            verify=context,
-            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
-            timeout=httpx.Timeout(10.0),
-        )
+        self._client = kube_client(base_url, token, ca_pem)
         self._attempted: list[str] = []
         self._created: dict[str, float] = {}  # name -> monotonic time its create succeeded
         self._seen: dict[str, float] = {}  # name -> monotonic time the reflector first saw it
