@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: bootstrap tools test lint typecheck pytest demo bench api-requests fidelity crds dev clean
+.PHONY: bootstrap tools test lint typecheck pytest demo bench bench-scale api-requests fidelity crds dev clean
 
 bootstrap:
 	@bash hack/bootstrap.sh
@@ -21,7 +21,7 @@ typecheck: bootstrap
 	$(BIN)/mypy
 
 pytest: bootstrap tools
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 
 test: lint typecheck pytest
 
@@ -29,8 +29,13 @@ test: lint typecheck pytest
 demo: bootstrap $(if $(REAL),tools)
 	REAL=$(REAL) $(BIN)/python hack/demo.py
 
-bench: bootstrap
+bench: bootstrap tools
 	$(BIN)/python hack/bench.py
+
+# N shards (SHARDS="10 25 50") changed at once: wall time, the operator's CPU, memory and requests per
+# roll, and the stack's processes' memory and CPU by kind.
+bench-scale: bootstrap tools
+	$(BIN)/python hack/bench_scale.py
 
 # The operator's requests to the API server per round and per roll, and what its lists returned, from
 # kube-apiserver's audit log (SHARDS="1 20", WINDOW=60; OPERATOR_SRC=<dir> runs another tree's operator).

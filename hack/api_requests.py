@@ -23,6 +23,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,33 +55,47 @@ class AuditLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
+        self.inode: int | None = None
 
     def mark(self) -> None:
-        self.offset = self.path.stat().st_size
+        stat = self.path.stat()
+        self.offset, self.inode = stat.st_size, stat.st_ino
+
+    def _lines(self) -> Iterator[bytes]:
+        """From the mark on, across rotations: at 100 MB kube-apiserver renames the log to
+        audit-<time>.log (same inode) and starts a new one."""
+        rotated = sorted(self.path.parent.glob(f"{self.path.stem}-*{self.path.suffix}"))
+        started = self.inode is None  # no mark: the whole current log
+        for file in [*rotated, self.path] if self.inode is not None else [self.path]:
+            offset = 0 if started else self.offset
+            if not started and file.stat().st_ino != self.inode:
+                continue  # before the mark
+            started = True
+            with file.open("rb") as f:
+                f.seek(offset)
+                yield from f
 
     def since_mark(self) -> Requests:
         """Each audit ID once (a watch logs two stages)."""
         seen: set[str] = set()
         out = Requests()
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            for raw in f:
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue  # a line still being written
-                if (event.get("user") or {}).get("username") != OPERATOR_USER or event["auditID"] in seen:
-                    continue
-                seen.add(event["auditID"])
-                ref = event.get("objectRef") or {}
-                resource = ref.get("resource", event.get("requestURI", "?"))
-                if ref.get("subresource"):
-                    resource += f"/{ref['subresource']}"
-                out.counts[f"{event['verb']} {resource}"] += 1
-                body = event.get("responseObject")
-                if event["verb"] == "list" and isinstance(body, dict):
-                    out.listed[resource] += len(body.get("items") or [])
-                    out.listed_bytes[resource] += len(json.dumps(body, separators=(",", ":")))
+        for raw in self._lines():
+            try:
+                event = json.loads(raw)
+            except ValueError:
+                continue  # a line still being written
+            if (event.get("user") or {}).get("username") != OPERATOR_USER or event["auditID"] in seen:
+                continue
+            seen.add(event["auditID"])
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", event.get("requestURI", "?"))
+            if ref.get("subresource"):
+                resource += f"/{ref['subresource']}"
+            out.counts[f"{event['verb']} {resource}"] += 1
+            body = event.get("responseObject")
+            if event["verb"] == "list" and isinstance(body, dict):
+                out.listed[resource] += len(body.get("items") or [])
+                out.listed_bytes[resource] += len(json.dumps(body, separators=(",", ":")))
         return out
 
 
@@ -109,7 +124,7 @@ async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
     async with running_stack(workdir, operator=False, api="real") as stack:
         operator_env = {"PYTHONPATH": os.environ["OPERATOR_SRC"]} if os.environ.get("OPERATOR_SRC") else None
         stack.start_operator(env=operator_env)
-        audit = AuditLog(_find_audit(workdir))
+        audit = AuditLog(find_audit(workdir))
         kcp = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", rsa_bits=FAST_KCP)}
         names = [f"shard{i:02d}" for i in range(shards)]
         for name in names:
@@ -152,7 +167,7 @@ async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
         return result
 
 
-def _find_audit(workdir: Path) -> Path:
+def find_audit(workdir: Path) -> Path:
     found = next(workdir.rglob(AUDIT_LOG), None)
     if found is None:
         raise SystemExit(f"no {AUDIT_LOG} under {workdir}: the control plane did not write one")

@@ -1,10 +1,17 @@
-"""`make bench`: time blue/green rolls on this machine and print the figures.
+"""`make bench`: this operator's roll against the alternatives, on this machine, in one run.
 
-Creates a shard, then rolls it ROLLS times (default 3) while a client sends requests
-through the front, and prints each roll's report durations, their median, the client's
-counts and the operator's peak memory. Then SINGLE_ROLLS (default 2) rolls in the Single
-shape: the planned outage each had, and what a client saw of it.
-Figures, not assertions: the tests do not time.
+1. Rolls under load, three ways (hack/bench_rolls.py): blueGreen, single and stopStart, RUNS each
+   (default 3), the same clients through the same front: requests, failures, the client-visible outage,
+   latencies before and during, the leaderless gap, a watching client's missed events and relists.
+2. The operator's own cost per roll: its API requests (kube-apiserver's audit log), CPU seconds, and
+   where its share of the roll went.
+3. Scale (hack/bench_scale.py): SCALE shards (default "10 25 50") rolled at once by one operator.
+4. The front's cost: the same client straight to the slot's port and through HAProxy.
+5. A picture of one blue/green roll: .bench/roll-timeline.png.
+
+KCP=real (default; `make bench` builds it first) runs section 1, 2 and 4 on real kcp, KCP=stand-in on the
+stand-in; scale always runs the stand-in (fifty real kcps do not fit two cores). Writes
+.bench/results.json and prints a markdown table. Figures, not assertions: the tests do not time.
 """
 
 from __future__ import annotations
@@ -12,53 +19,42 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import platform
 import statistics
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import bench_rolls
+import bench_scale
+from api_requests import AuditLog, find_audit
+from bench_rolls import RollRun, StopStart, measure, share_breakdown, spec_roll, summary
+
+from kcpshard.api import conditions as cond
 from kcpshard.api.models import SlotName
 from kcpshard.k8s import names
-from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
+from kcpshard.k8s.api import KCPSLOTS
+from kcpshard.testing import scenario
+from kcpshard.testing.controlplane import AUDIT_ENV
 from kcpshard.testing.devenv import default_api
+from kcpshard.testing.kcpbin import make_kcp
 from kcpshard.testing.load import KubeStyleLoad, LoadReport
-from kcpshard.testing.stack import Stack, running_stack, shard_manifest, stack_api
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.waiting import wait_for
+from kcpshard.testing.realkcp import NEWER, real_kcp
+from kcpshard.testing.stack import Stack, running_stack, stack_api
+from kcpshard.testing.timeline import render_timeline
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / ".bench"
 # The front's cost: this many client workers, this long each way (twice, alternated).
 FRONT_CONCURRENCY = 4
 FRONT_SECONDS = 10.0
-KEYS = ("startToReady", "flip", "oldExit", "leaseHandover", "probe", "drain", "total", "operatorShare")
-
-
-async def _rolled(stack: Stack, to_slot: str, generation: int) -> dict | None:
-    shard = await stack.shard("root")
-    status = shard.get("status") or {}
-    last = status.get("lastRoll") or {}
-    if (
-        not status.get("rollout")
-        and last.get("toSlot") == to_slot
-        and status.get("observedGeneration") == generation
-    ):
-        return last
-    return None
-
-
-def _peak_rss_kib(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
+READY_TIMEOUT = 300.0  # real kcp starts in tens of seconds on a busy 2-core machine
 
 
 async def _load(url: str, token: str, ca_pem: bytes, seconds: float) -> LoadReport:
-    """A kube-style client (FRONT_CONCURRENCY workers) against `url` for `seconds`."""
     load = KubeStyleLoad(url, token, ca_pem, concurrency=FRONT_CONCURRENCY)
     await load.start()
     await asyncio.sleep(seconds)  # a measurement window
@@ -90,116 +86,169 @@ async def front_cost(stack: Stack, port: int, seconds: float) -> dict[str, float
     }
 
 
-async def bench(workdir: Path, rolls: int, singles: int) -> None:
-    results: dict[str, Any] = {"machine": _machine()}
+async def three_ways(workdir: Path, runs: int, real: bool, results: dict[str, Any]) -> list[RollRun]:
+    """Sections 1, 2 and 4 on one stack and one shard; returns the blue/green runs (for the picture)."""
     async with running_stack(workdir, api=stack_api(default=default_api())) as stack:
-        print(f"API server: {stack.info.api} (environment up in {stack.info.start_seconds:.1f} s)")
         results["machine"]["apiServer"] = stack.info.api
-        port = free_port()
-        await stack.api.create(
-            KCPSHARDS, "default", shard_manifest("root", etcd=stack.info.etcd_endpoint, front_port=port)
-        )
-        first = await wait_for("the first slot", lambda: _rolled(stack, "a", 1), timeout=120)
-        reports = [first]
-        front = await front_cost(stack, port, FRONT_SECONDS)
-        results["front"] = front
-        admin = await stack.shard_admin("root")
-        load = KubeStyleLoad(f"https://127.0.0.1:{port}", admin.token, admin.ca_pem)
-        await load.start()
-        slot = "a"
-        for i in range(rolls):
-            slot = "b" if slot == "a" else "a"
-            shard = await stack.api.patch(
-                KCPSHARDS, "default", "root", {"spec": {"extraArgs": [f"-v={i + 1}"]}}
-            )
-            generation = shard["metadata"]["generation"]
-            reports.append(
-                await wait_for(
-                    f"roll {i + 1}", lambda s=slot, g=generation: _rolled(stack, s, g), timeout=180
-                )
-            )
-        client = await load.stop()
-        # Single shape: the planned outage, and what a client sees of it.
-        await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"shape": "Single"}})
-        single_reports = []
-        single_load = KubeStyleLoad(f"https://127.0.0.1:{port}", admin.token, admin.ca_pem, max_retries=1)
-        await single_load.start()
-        for i in range(singles):
-            shard = await stack.api.patch(
-                KCPSHARDS, "default", "root", {"spec": {"extraArgs": [f"-v={rolls + i + 1}"]}}
-            )
-            generation = shard["metadata"]["generation"]
-            single_reports.append(
-                await wait_for(
-                    f"single roll {i + 1}", lambda g=generation: _rolled(stack, slot, g), timeout=180
-                )
-            )
-        single_client = await single_load.stop()
+        if real:
+            kcp = real_kcp(NEWER)
+            spec = {"version": kcp.version, "binary": kcp.binary}
+        else:
+            spec = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", rsa_bits=2048)}
+        results["machine"]["kcp"] = f"{'real' if real else 'stand-in'} kcp {spec['version']}"
+        port = await scenario.create_shard(stack, kcp=spec)
+        await scenario.wait_ready(stack, timeout=READY_TIMEOUT)
+        print(f"shard serving on port {port}; the front's cost ...", flush=True)
+        results["front"] = await front_cost(stack, port, FRONT_SECONDS)
+        audit = AuditLog(find_audit(workdir))
+        done: dict[str, list[RollRun]] = {way: [] for way in bench_rolls.WAYS}
+        n = 0
+        for way in ("blueGreen", "single"):
+            for _ in range(runs):
+                n += 1
+                change: dict[str, Any] = {"extraArgs": [f"-v={n % 2 + 1}"]}
+                if way == "single":
+                    change["shape"] = "Single"
+                print(f"{way} roll {len(done[way]) + 1} ...", flush=True)
+                done[way].append(await measure(stack, port, way, rolling(stack, change), audit))
+        stop_start = StopStart(stack, real, f"https://127.0.0.1:{port}", workdir / "restarted-kcp.log")
+        try:
+            for i in range(runs):
+                print(f"stopStart {i + 1} ...", flush=True)
+                done["stopStart"].append(await measure(stack, port, "stopStart", stop_start, audit))
+        finally:
+            await stop_start.end()
         assert stack.operator is not None
-        rss = _peak_rss_kib(stack.operator.popen.pid)
-
-    print(f"{'roll':<8}" + "".join(f"{k:>15}" for k in KEYS))
-    for i, report in enumerate(reports):
-        name = "create" if i == 0 else f"roll {i}"
-        row = "".join(f"{report['durations'].get(k, float('nan')):>15.3f}" for k in KEYS)
-        print(f"{name:<8}{row}")
-    rolled = reports[1:]
-    medians = "".join(
-        f"{statistics.median(r['durations'].get(k, float('nan')) for r in rolled):>15.3f}" for k in KEYS
-    )
-    print(f"{'median':<8}{medians}")
-    print(f"client through the front: {client.summary()}")
-    if single_reports:
-        outages = [r["durations"].get("outage", float("nan")) for r in single_reports]
-        totals = [r["durations"].get("total", float("nan")) for r in single_reports]
-        each = ", ".join(f"{o:.3f}" for o in outages)
-        print(
-            f"Single shape, {len(single_reports)} rolls: outage median {statistics.median(outages):.3f} s "
-            f"(each: {each}), total median {statistics.median(totals):.3f} s"
-        )
-        print(f"client during the Single rolls (no retries beyond one): {single_client.summary()}")
-    if rss is not None:
-        print(f"operator peak RSS: {rss / 1024:.1f} MiB")
-    print(
-        f"\nThe front's cost (stand-in kcp, {FRONT_CONCURRENCY} workers, 2 x {FRONT_SECONDS:g} s each way):\n"
-        "| | requests/s | p50 ms | p99 ms |\n|---|---|---|---|\n"
-        f"| straight to the slot | {front['directRps']} | {front['p50MsDirect']} | {front['p99MsDirect']} |\n"
-        f"| through the front | {front['frontRps']} | {front['p50MsFront']} | {front['p99MsFront']} |\n"
-        f"ratio {front['ratio']}; failed {front['failed']}; during the rolls the slowest request took "
-        f"{max(client.latencies, default=float('nan')) * 1000:.0f} ms"
-    )
-    results["blueGreen"] = {
-        "sent": client.ok + client.failed,
-        "failed": client.failed,
-        "p99Ms": round(client.percentile(99) * 1000, 2),
-        "slowestMs": round(max(client.latencies, default=float("nan")) * 1000, 1),
-        "totalSeconds": statistics.median(r["durations"]["total"] for r in rolled),
-        "operatorShareSeconds": statistics.median(r["durations"]["operatorShare"] for r in rolled),
+        rss = bench_scale.peak_rss_mib(stack.operator.popen.pid)
+    for way, way_runs in done.items():
+        results[way] = summary(way_runs)
+    bg = done["blueGreen"]
+    requests = [sum((r.requests or {}).values()) for r in bg]
+    by_kind: dict[str, float] = {}
+    for r in bg:
+        for key, value in (r.requests or {}).items():
+            by_kind[key] = by_kind.get(key, 0) + value / len(bg)
+    breakdowns = [share_breakdown(r) for r in bg]
+    results["operatorCost"] = {
+        "requestsPerRoll": statistics.median(requests),
+        "requestsByVerb": {k: round(v, 1) for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "cpuSecondsPerRoll": statistics.median(r.cpu_seconds or 0.0 for r in bg),
+        "shareBreakdown": {
+            k: round(statistics.median(b.get(k, 0.0) for b in breakdowns), 3) for k in breakdowns[0]
+        },
+        "peakRssMiB": round(rss, 1),
     }
-    out = ROOT / ".bench" / "results.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {out}")
+    return bg
+
+
+def rolling(stack: Stack, change: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    return lambda: spec_roll(stack, change)
+
+
+def picture(bg: list[RollRun], out: Path) -> None:
+    """The blue/green run with the median total, as a timeline."""
+    run = sorted(bg, key=lambda r: r.total_seconds)[len(bg) // 2]
+    assert run.report is not None
+    ts = run.report["timestamps"]
+    marks: dict[str, datetime] = {"flip": cond.parse_time(ts["flipped"])}
+    if "oldExited" in ts:
+        marks["old exit"] = cond.parse_time(ts["oldExited"])
+    if run.handovers:
+        marks["new lease holder"] = run.handovers[-1].first_renewal
+    title = f"one blue/green roll: {run.during.ok} requests, {run.during.failed} failed"
+    render_timeline(run.report, run.during, marks, out, title)
+
+
+def table(results: dict[str, Any]) -> str:
+    def med(way: str, key: str, unit: str = "") -> str:
+        value = results[way].get(key)
+        if value is None:
+            return "n/a"
+        if isinstance(value, dict):
+            return f"{value['median']:g}{unit} ({value['min']:g}-{value['max']:g})"
+        return f"{value}{unit}"
+
+    rows = [
+        ("requests sent / failed", lambda w: f"{results[w]['sent']} / {results[w]['failed']}"),
+        (
+            "retried (429 / closed keep-alive)",
+            lambda w: f"{results[w]['retried429']} / {results[w]['retriedClosed']}",
+        ),
+        ("client-visible outage", lambda w: med(w, "outageSeconds", " s")),
+        ("total roll time", lambda w: med(w, "totalSeconds", " s")),
+        ("p50 before / during (ms)", lambda w: f"{med(w, 'p50MsBefore')} / {med(w, 'p50Ms')}"),
+        ("p99 before / during (ms)", lambda w: f"{med(w, 'p99MsBefore')} / {med(w, 'p99Ms')}"),
+        ("leaderless gap", lambda w: med(w, "leaderlessGapSeconds", " s")),
+        (
+            "watch: missed / relists / created",
+            lambda w: (
+                f"{results[w]['watchEventsMissed']} / {results[w]['watchRelists']} / "
+                f"{results[w]['watchCreated']}"
+            ),
+        ),
+        ("watch: longest time unwatched", lambda w: med(w, "watchLongestGapSeconds", " s")),
+        ("operator's share", lambda w: med(w, "operatorShareSeconds", " s")),
+        ("operator CPU", lambda w: med(w, "operatorCpuSeconds", " s")),
+    ]
+    ways = bench_rolls.WAYS
+    lines = ["| | " + " | ".join(ways) + " |", "|---" * (len(ways) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(w) for w in ways) + " |" for name, cell in rows]
+    return "\n".join(lines)
+
+
+async def bench(workdir: Path, runs: int, real: bool, scale: list[int]) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": _machine()}
+    bg = await three_ways(workdir / "rolls", runs, real, results)
+    OUT.mkdir(exist_ok=True)
+    picture(bg, OUT / "roll-timeline.png")
+    results["scale"] = [await bench_scale.scale_run(workdir / f"scale{n}", n) for n in scale]
+    return results
+
+
+def report(results: dict[str, Any]) -> None:
+    machine = results["machine"]
+    print(
+        f"\n## Rolls under load ({machine['kcp']}, {machine['apiServer']} API server; median (min-max) "
+        f"of {results['blueGreen']['runs']} runs each)\n"
+    )
+    print(table(results))
+    cost = results["operatorCost"]
+    print(
+        f"\nThe operator per blue/green roll: {cost['requestsPerRoll']} API requests, "
+        f"{cost['cpuSecondsPerRoll']:.2f} CPU seconds, peak RSS {cost['peakRssMiB']} MiB; its share went to "
+        + ", ".join(f"{k} {v} s" for k, v in cost["shareBreakdown"].items())
+    )
+    front = results["front"]
+    print(
+        f"\nThe front's cost ({FRONT_CONCURRENCY} workers, 2 x {FRONT_SECONDS:g} s each way): straight to "
+        f"the slot {front['directRps']} requests/s (p99 {front['p99MsDirect']} ms), through the front "
+        f"{front['frontRps']} requests/s (p99 {front['p99MsFront']} ms): ratio {front['ratio']}"
+    )
+    if results["scale"]:
+        print("\n## Scale (stand-in kcp, one operator, all shards changed at once)\n")
+        print(bench_scale.table(results["scale"]))
+    print(f"\nmachine: {machine}")
 
 
 def _machine() -> dict[str, Any]:
     memory = next(
-        (
-            int(line.split()[1]) // 1024
-            for line in Path("/proc/meminfo").read_text().splitlines()
-            if "MemTotal" in line
-        ),
-        None,
+        int(line.split()[1]) // 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith("MemTotal")
     )
-    return {"cores": os.cpu_count(), "memoryMiB": memory, "kcp": "stand-in"}
+    return {"cores": os.cpu_count(), "memoryMiB": memory, "python": platform.python_version()}
 
 
 def main() -> int:
-    rolls = int(os.environ.get("ROLLS", "3"))
-    singles = int(os.environ.get("SINGLE_ROLLS", "2"))
+    os.environ[AUDIT_ENV] = "1"  # the dev environment (a subprocess) inherits it
+    runs = int(os.environ.get("RUNS", "3"))
+    real = os.environ.get("KCP", "real") == "real"
+    scale = [int(n) for n in os.environ.get("SCALE", "10 25 50").split()]
     workdir = Path(tempfile.mkdtemp(prefix="kcpshard-bench-"))
-    asyncio.run(bench(workdir, rolls, singles))
-    print(f"logs: {workdir}")
+    results = asyncio.run(bench(workdir, runs, real, scale))
+    report(results)
+    (OUT / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"wrote {OUT / 'results.json'} and {OUT / 'roll-timeline.png'}; logs: {workdir}")
     return 0
 
 
