@@ -342,7 +342,7 @@ class BackupAgent:
         except NotFound:
             raise BackupFailed(f"TLS Secret {where} not found") from None
         except (ApiError, httpx.HTTPError) as exc:
-            raise BackupFailed(f"cannot read TLS Secret {where}: {exc or type(exc).__name__}") from None
+            raise BackupFailed(f"cannot read TLS Secret {where}: {str(exc) or type(exc).__name__}") from None
         return write_tls_files(tmp, dict(secret.get("data") or {}), where)
 
     async def choose_endpoint(self, etcdctl: Etcdctl) -> str:
@@ -432,7 +432,7 @@ class BackupAgent:
         try:
             await self.annotate({ANNOTATION_ERROR: message}, budget)
         except (ApiError, httpx.HTTPError) as exc:
-            return fail(f"{message} (and the Job cannot be annotated: {exc or type(exc).__name__})")
+            return fail(f"{message} (and the Job cannot be annotated: {str(exc) or type(exc).__name__})")
         return fail(message)
 
     async def main(self, stop: asyncio.Event) -> int:
@@ -462,7 +462,7 @@ class BackupAgent:
         try:
             await self.annotate(report)
         except (ApiError, httpx.HTTPError) as exc:
-            why = exc or type(exc).__name__
+            why = str(exc) or type(exc).__name__
             return fail(
                 f"snapshot saved at {snap.path}, but Job {self.opts.job_name} cannot be annotated: {why}"
             )

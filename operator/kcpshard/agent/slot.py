@@ -280,7 +280,9 @@ class SlotAgent:
             self.slot_gone = True
             return False
         except API_ERRORS as exc:
-            log.warning("could not write the status of KcpSlot %s: %s", self.where, exc or type(exc).__name__)
+            log.warning(
+                "could not write the status of KcpSlot %s: %s", self.where, str(exc) or type(exc).__name__
+            )
             return False
 
     async def persist(self, fields: Mapping[str, Any] | None = None, *conditions: Cond) -> None:
