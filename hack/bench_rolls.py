@@ -92,6 +92,20 @@ async def _before(url: str, token: str, ca_pem: bytes) -> LoadReport:
     return await load.stop()
 
 
+async def _under_way(clients: Clients) -> None:
+    """Until the watching client has its watch open and the others have answers: a roll that starts
+    before would find no watch to break."""
+
+    async def going() -> bool:
+        return (
+            clients.watch.report.watches >= 1
+            and clients.load.report.ok >= 10
+            and bool(clients.lease.holder())
+        )
+
+    await wait_for("the clients to be under way", going, timeout=60)
+
+
 async def _lease_moved(lease: LeaseWatch, count: int, timeout: float) -> None:
     """Until the lease watch saw `count` handovers (a stopped kcp's lease outlives it: up to its duration)."""
 
@@ -111,6 +125,7 @@ async def measure(
     # Single and stop-start have an outage by design: the client tries once more, not ten times.
     clients = Clients(url, admin.token, admin.ca_pem, max_retries=10 if way == "blueGreen" else 2)
     await clients.start()
+    await _under_way(clients)
     assert stack.operator is not None
     cpu0 = cpu_seconds(stack.operator.popen.pid)
     audit.mark()
