@@ -201,8 +201,17 @@ async def bench(workdir: Path, runs: int, real: bool, scale: list[int]) -> dict[
     bg = await three_ways(workdir / "rolls", runs, real, results)
     OUT.mkdir(exist_ok=True)
     picture(bg, OUT / "roll-timeline.png")
-    results["scale"] = [await bench_scale.scale_run(workdir / f"scale{n}", n) for n in scale]
+    results["scale"] = []
+    _write(results)  # the rolls' figures are kept even if the scale runs do not end
+    for n in scale:
+        print(f"scale: {n} shards ...", flush=True)
+        results["scale"].append(await bench_scale.scale_run(workdir / f"scale{n}", n))
+        _write(results)
     return results
+
+
+def _write(results: dict[str, Any]) -> None:
+    (OUT / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
 def report(results: dict[str, Any]) -> None:
@@ -247,7 +256,6 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="kcpshard-bench-"))
     results = asyncio.run(bench(workdir, runs, real, scale))
     report(results)
-    (OUT / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"wrote {OUT / 'results.json'} and {OUT / 'roll-timeline.png'}; logs: {workdir}")
     return 0
 
