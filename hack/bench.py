@@ -31,7 +31,7 @@ from typing import Any
 import bench_rolls
 import bench_scale
 from api_requests import AuditLog, find_audit
-from bench_rolls import RollRun, StopStart, measure, share_breakdown, spec_roll, summary
+from bench_rolls import RollRun, StopStart, measure, measured_load, share_breakdown, spec_roll, summary
 
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import SlotName
@@ -41,7 +41,7 @@ from kcpshard.testing import scenario
 from kcpshard.testing.controlplane import AUDIT_ENV
 from kcpshard.testing.devenv import default_api
 from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.load import KubeStyleLoad, LoadReport
+from kcpshard.testing.load import LoadReport
 from kcpshard.testing.realkcp import NEWER, real_kcp
 from kcpshard.testing.stack import Stack, running_stack, stack_api
 from kcpshard.testing.timeline import render_timeline
@@ -54,13 +54,6 @@ FRONT_SECONDS = 10.0
 READY_TIMEOUT = 300.0  # real kcp starts in tens of seconds on a busy 2-core machine
 
 
-async def _load(url: str, token: str, ca_pem: bytes, seconds: float) -> LoadReport:
-    load = KubeStyleLoad(url, token, ca_pem, concurrency=FRONT_CONCURRENCY)
-    await load.start()
-    await asyncio.sleep(seconds)  # a measurement window
-    return await load.stop()
-
-
 async def front_cost(stack: Stack, port: int, seconds: float) -> dict[str, float]:
     """The same client straight to the serving slot's port and through the front, alternated twice."""
     admin = await stack.shard_admin("root")
@@ -69,7 +62,8 @@ async def front_cost(stack: Stack, port: int, seconds: float) -> dict[str, float
     direct, front = LoadReport(), LoadReport()
     for _ in range(2):
         for total, target in ((direct, slot["status"]["port"]), (front, port)):
-            run = await _load(f"https://127.0.0.1:{target}", admin.token, admin.ca_pem, seconds)
+            url = f"https://127.0.0.1:{target}"
+            run = await measured_load(url, admin.token, admin.ca_pem, seconds, FRONT_CONCURRENCY)
             total.ok, total.failed = total.ok + run.ok, total.failed + run.failed
             total.seconds += run.seconds
             total.latencies += run.latencies

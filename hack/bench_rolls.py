@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 import httpx
 from api_requests import AuditLog
-from bench_scale import cpu_seconds
+from bench_scale import cpu_seconds, spread
 
 from kcpshard.agent.procnet import listening_ports
 from kcpshard.api import conditions as cond
@@ -85,10 +84,13 @@ class Clients:
         return load, watch, await self.lease.stop()
 
 
-async def _before(url: str, token: str, ca_pem: bytes) -> LoadReport:
-    load = KubeStyleLoad(url, token, ca_pem)
+async def measured_load(
+    url: str, token: str, ca_pem: bytes, seconds: float, concurrency: int = 2
+) -> LoadReport:
+    """The kube-style client against `url` for `seconds`."""
+    load = KubeStyleLoad(url, token, ca_pem, concurrency=concurrency)
     await load.start()
-    await asyncio.sleep(BEFORE_SECONDS)  # a measurement window
+    await asyncio.sleep(seconds)  # a measurement window
     return await load.stop()
 
 
@@ -121,7 +123,7 @@ async def measure(
     """One roll: the clients before and during it, and what `act` (the roll, until it ended) returned."""
     admin = await stack.shard_admin("root")
     url = f"https://127.0.0.1:{port}"
-    before = await _before(url, admin.token, admin.ca_pem)
+    before = await measured_load(url, admin.token, admin.ca_pem, BEFORE_SECONDS)
     # Single and stop-start have an outage by design: the client tries once more, not ten times.
     clients = Clients(url, admin.token, admin.ca_pem, max_retries=10 if way == "blueGreen" else 2)
     await clients.start()
@@ -234,9 +236,6 @@ async def _ready(url: str, admin: ShardAdmin) -> bool:
 
 def summary(runs: list[RollRun]) -> dict[str, Any]:
     """Median, min and max of each figure over the runs of one way (results.json's shape)."""
-
-    def spread(values: list[float]) -> dict[str, float]:
-        return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
 
     out: dict[str, Any] = {
         "runs": len(runs),
