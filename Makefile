@@ -14,8 +14,8 @@ tools:
 	@bash hack/tools/build.sh
 
 lint: bootstrap
-	$(BIN)/ruff check operator tests hack
-	$(BIN)/ruff format --check operator tests hack
+	$(BIN)/ruff check operator testkit tests hack
+	$(BIN)/ruff format --check operator testkit tests hack
 
 typecheck: bootstrap
 	$(BIN)/mypy
@@ -50,7 +50,7 @@ crds: bootstrap
 	$(BIN)/kcpshard crds
 
 dev: bootstrap
-	$(BIN)/kcpshard dev up
+	$(BIN)/kcpshard-dev up
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .dev

@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from kcpshard.k8s.api import KCPSHARDS
-from kcpshard.testing import scenario
-from kcpshard.testing.controlplane import AUDIT_ENV, AUDIT_LOG
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, running_stack
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.controlplane import AUDIT_ENV, AUDIT_LOG
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.waiting import wait_for
 
 OPERATOR_USER = "system:serviceaccount:kcpshard-system:kcpshard-operator"
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,14 +37,14 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.models import SlotName
 from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSLOTS
-from kcpshard.testing import scenario
-from kcpshard.testing.controlplane import AUDIT_ENV
-from kcpshard.testing.devenv import default_api
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.load import LoadReport
-from kcpshard.testing.realkcp import NEWER, real_kcp
-from kcpshard.testing.stack import Stack, running_stack, stack_api
-from kcpshard.testing.timeline import render_timeline
+from kcpshard_testkit import scenario
+from kcpshard_testkit.controlplane import AUDIT_ENV
+from kcpshard_testkit.devenv import default_api
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.load import LoadReport
+from kcpshard_testkit.realkcp import NEWER, real_kcp
+from kcpshard_testkit.stack import Stack, running_stack, stack_api
+from kcpshard_testkit.timeline import render_timeline
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".bench"

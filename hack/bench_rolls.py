@@ -33,13 +33,13 @@ from kcpshard.agent.procnet import listening_ports
 from kcpshard.api import conditions as cond
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.kubeconfig import ShardAdmin
-from kcpshard.testing import scenario
-from kcpshard.testing.leasewatch import Handover, LeaseWatch
-from kcpshard.testing.load import KubeStyleLoad, LoadReport, kube_client
-from kcpshard.testing.realkcp import real_kcp_processes
-from kcpshard.testing.stack import Stack
-from kcpshard.testing.waiting import wait_for
-from kcpshard.testing.watcher import WatchedWrites, WatchReport
+from kcpshard_testkit import scenario
+from kcpshard_testkit.leasewatch import Handover, LeaseWatch
+from kcpshard_testkit.load import KubeStyleLoad, LoadReport, kube_client
+from kcpshard_testkit.realkcp import real_kcp_processes
+from kcpshard_testkit.stack import Stack
+from kcpshard_testkit.waiting import wait_for
+from kcpshard_testkit.watcher import WatchedWrites, WatchReport
 
 WAYS = ("blueGreen", "single", "stopStart")
 BEFORE_SECONDS = 5.0  # the client's latency before a roll, measured over this long

@@ -30,11 +30,11 @@ from typing import Any
 from api_requests import FAST_KCP, AuditLog, find_audit
 
 from kcpshard.k8s.api import KCPSHARDS
-from kcpshard.testing import scenario
-from kcpshard.testing.controlplane import AUDIT_ENV
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, processes_under, running_stack
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.controlplane import AUDIT_ENV
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, processes_under, running_stack
+from kcpshard_testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 TICK = os.sysconf("SC_CLK_TCK")

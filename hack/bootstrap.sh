@@ -34,11 +34,11 @@ if [ ! -x .venv/bin/python ]; then
   echo "bootstrap: creating .venv"
   "$PY" -m venv .venv
 fi
-stamp=.venv/.stamp-$(sha256sum pyproject.toml | cut -c1-16)
+stamp=.venv/.stamp-$(cat pyproject.toml testkit/pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "bootstrap: installing Python dependencies"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e '.[dev]'
+  .venv/bin/pip install -q -e '.[dev]' -e ./testkit
   rm -f .venv/.stamp-*
   touch "$stamp"
 fi

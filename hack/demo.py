@@ -23,12 +23,12 @@ import yaml
 from kcpshard.api import conditions as cond
 from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
-from kcpshard.testing.devenv import default_api
-from kcpshard.testing.load import KubeStyleLoad
-from kcpshard.testing.realkcp import NEWER, OLDER, real_kcp
-from kcpshard.testing.stack import Stack, running_stack, stack_api
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit.devenv import default_api
+from kcpshard_testkit.load import KubeStyleLoad
+from kcpshard_testkit.realkcp import NEWER, OLDER, real_kcp
+from kcpshard_testkit.stack import Stack, running_stack, stack_api
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "root"

@@ -26,10 +26,10 @@ import httpx
 import yaml
 
 from kcpshard.kcp.client import OWNER_ANNOTATION, PROBE_OWNER
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp import binary_path
-from kcpshard.testing.fakekcp.process import KcpProcess
-from kcpshard.testing.tcp import free_port
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp import binary_path
+from kcpshard_testkit.fakekcp.process import KcpProcess
+from kcpshard_testkit.tcp import free_port
 
 TOOLS = Path(__file__).resolve().parent / "tools" / "bin"
 LEASE = "/clusters/system:admin/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kcp-controllers"

@@ -43,6 +43,9 @@ kube_ldflags() { # Kubernetes' hack/lib/version.sh: without these /version repor
 tools() {
   echo "kube-apiserver|kube|k8s.io/kubernetes/cmd/kube-apiserver|0|selinux,notest|$(kube_ldflags $KUBE_VERSION)|$KUBE_VERSION"
   echo "kube-controller-manager|kube|k8s.io/kubernetes/cmd/kube-controller-manager|0|selinux,notest|$(kube_ldflags $KUBE_VERSION)|$KUBE_VERSION"
+  # The node: the scheduler and the kubelet, from the same module (Kubernetes' local-up-cluster.sh set)
+  echo "kube-scheduler|kube|k8s.io/kubernetes/cmd/kube-scheduler|0|selinux,notest|$(kube_ldflags $KUBE_VERSION)|$KUBE_VERSION"
+  echo "kubelet|kube|k8s.io/kubernetes/cmd/kubelet|0|selinux,notest|$(kube_ldflags $KUBE_VERSION)|$KUBE_VERSION"
   echo "etcd|etcd|./cmd/etcd|0||-s -w|v3.6.16"
   echo "etcdctl|etcd|go.etcd.io/etcd/etcdctl/v3|0||-s -w|v3.6.16"
   # kcp's Makefile: CGO off, the Kubernetes version fields set to <kube>+kcp-<version>

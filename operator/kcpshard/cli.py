@@ -1,4 +1,4 @@
-"""The `kcpshard` command: one program for the operator, the agents and the dev environment."""
+"""The `kcpshard` command: one program for the operator and the agents."""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 # Sub-commands resolve lazily so `kcpshard crds` does not import kopf, and an agent
-# does not import the development environment.
+# does not import the operator.
 _COMMANDS = {
     ("operator",): "kcpshard.controller.main:run",
     ("agent", "slot"): "kcpshard.agent.slot:run",
     ("agent", "front"): "kcpshard.agent.front:run",
     ("agent", "backup"): "kcpshard.agent.backup:run",
-    ("dev", "up"): "kcpshard.testing.devenv:up",
-    ("dev", "down"): "kcpshard.testing.devenv:down",
 }
 
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from kcpshard.k8s.api import JOBS, KCPSHARDS, KCPSLOTS, NotFound
-from kcpshard.testing import scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.runner.volumes import host_path
-from kcpshard.testing.stack import Stack, running_stack
+from kcpshard_testkit import scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.runner.volumes import host_path
+from kcpshard_testkit.stack import Stack, running_stack
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from kcpshard.testing import scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, running_stack, shard_manifest
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, running_stack, shard_manifest
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -14,11 +14,11 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import JOBS, KCPSHARDS, KCPSLOTS, NotFound
 from kcpshard.kcp.client import KcpClient
-from kcpshard.testing import scenario
-from kcpshard.testing.load import KubeStyleLoad
-from kcpshard.testing.stack import Stack, processes_under, running_stack, shard_manifest
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.load import KubeStyleLoad
+from kcpshard_testkit.stack import Stack, processes_under, running_stack, shard_manifest
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -14,9 +14,9 @@ import pytest
 
 from kcpshard.k8s import names
 from kcpshard.k8s.api import DEPLOYMENTS, KCPSHARDS, PODS
-from kcpshard.testing import scenario
-from kcpshard.testing.stack import Stack, kcpshard_command, running_stack
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.stack import Stack, kcpshard_command, running_stack
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

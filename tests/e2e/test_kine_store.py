@@ -15,10 +15,10 @@ import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, SECRETS
 from kcpshard.kcp.client import KcpClient
-from kcpshard.testing import scenario
-from kcpshard.testing.realkcp import NEWER, real_kcp
-from kcpshard.testing.stack import Stack, processes_under, running_stack
-from kcpshard.testing.tools import tool
+from kcpshard_testkit import scenario
+from kcpshard_testkit.realkcp import NEWER, real_kcp
+from kcpshard_testkit.stack import Stack, processes_under, running_stack
+from kcpshard_testkit.tools import tool
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -14,10 +14,10 @@ import yaml
 from kcpshard.api.models import MAX_SHARD_NAME, SHARD_NAME_RULE, SlotName
 from kcpshard.k8s import names
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, LEASES, SECRETS
-from kcpshard.testing import scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import running_stack, shard_manifest
-from kcpshard.testing.tcp import free_port
+from kcpshard_testkit import scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import running_stack, shard_manifest
+from kcpshard_testkit.tcp import free_port
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -29,11 +29,11 @@ import pytest
 
 from kcpshard.k8s.api import KCPSHARDS
 from kcpshard.roll.plan import Step
-from kcpshard.testing import record, scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, running_stack, shard_manifest
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import record, scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, running_stack, shard_manifest
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

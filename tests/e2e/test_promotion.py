@@ -14,10 +14,10 @@ import pytest
 from tests.e2e.test_plugin_status import _env, _finish, _plugin
 
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
-from kcpshard.testing import record, scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, running_stack
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import record, scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

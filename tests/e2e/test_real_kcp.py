@@ -21,10 +21,10 @@ from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.client import KcpClient
 from kcpshard.roll.plan import Step
-from kcpshard.testing import scenario
-from kcpshard.testing.faultproxy import status_step_is
-from kcpshard.testing.realkcp import NEWER, OLDER, RealKcp, real_kcp, real_kcp_processes
-from kcpshard.testing.stack import Stack, running_stack
+from kcpshard_testkit import scenario
+from kcpshard_testkit.faultproxy import status_step_is
+from kcpshard_testkit.realkcp import NEWER, OLDER, RealKcp, real_kcp, real_kcp_processes
+from kcpshard_testkit.stack import Stack, running_stack
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -20,10 +20,10 @@ from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.client import KcpClient
 from kcpshard.roll.plan import Step
-from kcpshard.testing import scenario
-from kcpshard.testing.faultproxy import status_step_is
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import running_stack
+from kcpshard_testkit import scenario
+from kcpshard_testkit.faultproxy import status_step_is
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import running_stack
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -86,7 +86,7 @@ async def test_a_slot_the_roll_did_not_start_is_never_adopted(tmp_path: Path) ->
     from kcpshard.k8s import builders
     from kcpshard.k8s.api import JOBS
     from kcpshard.roll.revision import revision_of
-    from kcpshard.testing.stack import kcpshard_command
+    from kcpshard_testkit.stack import kcpshard_command
 
     bin_dir = tmp_path / "bin"
     async with running_stack(tmp_path / "stack") as stack:

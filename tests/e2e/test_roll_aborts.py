@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NotFound
-from kcpshard.testing import scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, running_stack
+from kcpshard_testkit import scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, running_stack
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from kcpshard.testing import scenario
-from kcpshard.testing.stack import running_stack
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.stack import running_stack
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

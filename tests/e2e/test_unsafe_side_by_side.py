@@ -13,9 +13,9 @@ import pytest
 from kcpshard.api.models import KcpShardSpec
 from kcpshard.k8s.api import KCPSHARDS
 from kcpshard.roll.revision import revision_of
-from kcpshard.testing import scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import running_stack
+from kcpshard_testkit import scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import running_stack
 
 pytestmark = pytest.mark.timeout(240)
 

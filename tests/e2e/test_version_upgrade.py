@@ -24,10 +24,10 @@ from kcpshard.api.models import KcpShardSpec
 from kcpshard.k8s.api import JOBS, KCPSHARDS, SECRETS
 from kcpshard.kcp.kubeconfig import ShardAdmin
 from kcpshard.roll.revision import revision_of
-from kcpshard.testing import scenario
-from kcpshard.testing.kcpbin import make_kcp
-from kcpshard.testing.stack import Stack, running_stack
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit import scenario
+from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp.process import KcpProcess
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp.process import KcpProcess
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.apiserver.testkit import client, wait_for, watch_events
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.apiserver.testkit import client, wait_for, watch_events
 
 WIDGETS = Path(__file__).parent / "fixtures" / "widgets.yaml"
 W = "/apis/test.kcpshard.dev/v1/namespaces/default/widgets"

@@ -4,7 +4,7 @@ both development environments, must get the same answers.
 Each step records what a client can rely on (status codes, reasons, messages, names, the fields a
 controller reads), with what legitimately differs normalized away: uids, resourceVersion values,
 timestamps, `managedFields`. The differences that remain on purpose are listed, with why, in
-`kcpshard.testing.apiserver`'s docstring; every other difference fails the test. It also prints how long
+`kcpshard_testkit.apiserver`'s docstring; every other difference fails the test. It also prints how long
 each environment takes to start.
 """
 
@@ -28,8 +28,8 @@ import yaml
 
 from kcpshard.k8s.api import CONFIGMAPS, KCPSHARDS, NAMESPACES, PODS, ApiClient, Gone
 from kcpshard.k8s.kubeconfig import resolve_config
-from kcpshard.testing.devenv import ApiKind, dev_environment, kubectl_binary
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit.devenv import ApiKind, dev_environment, kubectl_binary
+from kcpshard_testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "diff"

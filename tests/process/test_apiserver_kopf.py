@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.apiserver.testkit import client, wait_for
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.apiserver.testkit import client, wait_for
 
 HERE = Path(__file__).parent
 W = "/apis/test.kcpshard.dev/v1/namespaces/default/widgets"

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.apiserver.testkit import client, wait_for
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.apiserver.testkit import client, wait_for
 
 ROOT = Path(__file__).parent.parent.parent
 KUBECTL = Path(sys.executable).parent / "kubectl"

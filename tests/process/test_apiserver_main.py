@@ -1,4 +1,4 @@
-"""`python -m kcpshard.testing.apiserver` runs alone and exits cleanly on SIGTERM."""
+"""`python -m kcpshard_testkit.apiserver` runs alone and exits cleanly on SIGTERM."""
 
 import asyncio
 import contextlib
@@ -18,7 +18,7 @@ async def test_module_entry_point(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "kcpshard.testing.apiserver",
+        "kcpshard_testkit.apiserver",
         "--dir",
         str(tmp_path / "api"),
         "--crds",
@@ -60,7 +60,7 @@ async def test_module_entry_point_reports_a_bad_crd_in_one_line(tmp_path: Path) 
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "kcpshard.testing.apiserver",
+        "kcpshard_testkit.apiserver",
         "--dir",
         str(tmp_path / "api"),
         "--crds",

@@ -30,9 +30,9 @@ from kcpshard.agent.backup import INTERRUPTED, SNAPSHOT_NAME
 from kcpshard.api.models import BackupReport, KcpShardSpec
 from kcpshard.k8s import backup_job as bj
 from kcpshard.k8s.api import JOBS, KCPSHARDS, NAMESPACES, SECRETS, ApiClient, Conflict
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.etcd import EtcdServer, etcd_binary
-from kcpshard.testing.tcp import free_port
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.etcd import EtcdServer, etcd_binary
+from kcpshard_testkit.tcp import free_port
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 NS = "kcp"

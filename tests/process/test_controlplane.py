@@ -9,9 +9,9 @@ import pytest
 
 from kcpshard.k8s.api import ApiClient, ApiError
 from kcpshard.k8s.kubeconfig import resolve_config
-from kcpshard.testing.controlplane import ControlPlane
-from kcpshard.testing.identity import SERVICEACCOUNTS
-from kcpshard.testing.tools import ToolMissing
+from kcpshard_testkit.controlplane import ControlPlane
+from kcpshard_testkit.identity import SERVICEACCOUNTS
+from kcpshard_testkit.tools import ToolMissing
 
 pytestmark = pytest.mark.timeout(180)
 

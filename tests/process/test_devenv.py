@@ -1,5 +1,5 @@
-"""The development environment as a user meets it: `kcpshard dev up`, the real kubectl, a real
-kopf operator, `kcpshard dev down`. Every part is its own process, talking HTTP."""
+"""The development environment as a user meets it: `kcpshard-dev up`, the real kubectl, a real
+kopf operator, `kcpshard-dev down`. Every part is its own process, talking HTTP."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, NotFound
-from kcpshard.testing.devenv import DevEnvInfo, kubectl_binary
-from kcpshard.testing.stack import kcpshard_command, processes_under, running_stack, start_process
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit.devenv import DevEnvInfo, dev_command, kubectl_binary
+from kcpshard_testkit.stack import processes_under, running_stack, start_process
+from kcpshard_testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "kcpshard.yaml"
@@ -110,7 +110,7 @@ async def test_a_kopf_operator_sees_kcpshards_come_change_and_go(tmp_path: Path)
 async def test_dev_up_and_down(tmp_path: Path, api: str) -> None:
     env_dir = tmp_path / "env"
     up = start_process(
-        "devenv", [*kcpshard_command(), "dev", "up", "--dir", str(env_dir), "--api", api], tmp_path / "up.log"
+        "devenv", [*dev_command(), "up", "--dir", str(env_dir), "--api", api], tmp_path / "up.log"
     )
     try:
         await wait_for("env.json", lambda: asyncio.sleep(0, (env_dir / "env.json").exists()), timeout=120)
@@ -132,7 +132,7 @@ async def test_dev_up_and_down(tmp_path: Path, api: str) -> None:
             assert _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "jobs", "-n", "default").ok
             assert not _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "namespaces").ok
         down = subprocess.run(
-            [*kcpshard_command(), "dev", "down", "--dir", str(env_dir)],
+            [*dev_command(), "down", "--dir", str(env_dir)],
             capture_output=True,
             text=True,
             check=True,
@@ -151,7 +151,7 @@ async def test_dev_up_killed_leaves_no_process(tmp_path: Path) -> None:
     env_dir = tmp_path / "env"
     up = start_process(
         "devenv",
-        [*kcpshard_command(), "dev", "up", "--dir", str(env_dir), "--api", "real"],
+        [*dev_command(), "up", "--dir", str(env_dir), "--api", "real"],
         tmp_path / "up.log",
     )
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from kcpshard.testing import etcd as etcd_mod
-from kcpshard.testing.etcd import EtcdError, EtcdServer
+from kcpshard_testkit import etcd as etcd_mod
+from kcpshard_testkit.etcd import EtcdError, EtcdServer
 
 
 def test_start_serve_stop(tmp_path: Path) -> None:

@@ -18,9 +18,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from kcpshard.agent.procnet import listening_ports
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp import binary_path
-from kcpshard.testing.fakekcp.process import KcpProcess, wait_for
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp import binary_path
+from kcpshard_testkit.fakekcp.process import KcpProcess, wait_for
 
 FAST = {"KCP_FAKE_RSA_BITS": "2048", "KCP_FAKE_STARTUP_SECONDS": "0.2"}
 WS = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces"
@@ -370,7 +370,7 @@ def test_non_root_shard_rules_by_version(kcps: list[KcpProcess], etcd: EtcdServe
 
 def test_module_entry_point_runs() -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "kcpshard.testing.fakekcp", "version"],
+        [sys.executable, "-m", "kcpshard_testkit.fakekcp", "version"],
         capture_output=True,
         text=True,
         timeout=30,

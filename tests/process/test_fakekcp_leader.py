@@ -9,8 +9,8 @@ from pathlib import Path
 
 import httpx
 
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp.process import KcpProcess, wait_for
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp.process import KcpProcess, wait_for
 
 LEASE = "/clusters/system:admin/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kcp-controllers"
 WS = "/clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces"

@@ -20,9 +20,9 @@ import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, ApiClient
 from kcpshard.k8s.status import mutate_status
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.apiserver.testkit import client, wait_for
-from kcpshard.testing.faultproxy import FaultProxy, request_is, status_step_is
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.apiserver.testkit import client, wait_for
+from kcpshard_testkit.faultproxy import FaultProxy, request_is, status_step_is
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = Path(sys.executable).parent / "kubectl"

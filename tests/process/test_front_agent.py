@@ -27,9 +27,9 @@ from kcpshard.agent import front as front_module
 from kcpshard.agent.front import FrontAgent
 from kcpshard.agent.haproxy import runtime_socket_path
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
-from kcpshard.testing import scenario
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.tcp import Client, Echo, eventually, free_port
+from kcpshard_testkit import scenario
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.tcp import Client, Echo, eventually, free_port
 
 NAMESPACE = "default"
 SHARD = "alpha"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kcpshard.agent.haproxy import HAProxy, HAProxyBindError, HAProxyError, check_bindable, render_config
-from kcpshard.testing.tcp import Client, Echo, eventually, free_port
+from kcpshard_testkit.tcp import Client, Echo, eventually, free_port
 
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin") or ""
 pytestmark = [

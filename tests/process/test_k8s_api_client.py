@@ -21,7 +21,7 @@ from kcpshard.k8s.api import (
     Invalid,
     NotFound,
 )
-from kcpshard.testing.apiserver import EmulatedApiServer
+from kcpshard_testkit.apiserver import EmulatedApiServer
 
 NS = "default"
 

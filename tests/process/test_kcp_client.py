@@ -26,9 +26,9 @@ from kcpshard.kcp.client import KcpClient
 from kcpshard.kcp.errors import KcpError
 from kcpshard.kcp.flags import SlotPaths, kcp_start_args
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp import binary_path
-from kcpshard.testing.fakekcp.rootfiles import ensure_serving_cert
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp import binary_path
+from kcpshard_testkit.fakekcp.rootfiles import ensure_serving_cert
 
 pytestmark = pytest.mark.timeout(90)
 

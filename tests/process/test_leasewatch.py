@@ -11,9 +11,9 @@ import httpx
 
 from kcpshard.kcp.client import LEASE_PATH
 from kcpshard.kcp.kubeconfig import shard_admin
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp.process import KcpProcess, wait_for
-from kcpshard.testing.leasewatch import LeaseWatch
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp.process import KcpProcess, wait_for
+from kcpshard_testkit.leasewatch import LeaseWatch
 
 # Shortened timings for tests only (as in test_fakekcp_leader.py); kcp's are 60 s / 5 s / 2 s.
 QUICK = {

@@ -22,8 +22,8 @@ import pytest
 from kcpshard.api import conditions as cond
 from kcpshard.api.annotations import ABORT, PROMOTE, RETRY
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, ApiClient
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.stack import shard_manifest
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.stack import shard_manifest
 
 pytestmark = pytest.mark.timeout(120)
 

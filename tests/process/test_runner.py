@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, PODS, SECRETS, ApiClient, NotFound
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.controlplane import ControlPlane
-from kcpshard.testing.runner import WorkloadRunner
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.controlplane import ControlPlane
+from kcpshard_testkit.runner import WorkloadRunner
 
 PY = sys.executable
 NS = "default"

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from kcpshard.k8s.api import PODS, ApiClient, ApiError, ResourceRef
-from kcpshard.testing.controlplane import ControlPlane
-from kcpshard.testing.devenv import kubectl_binary
-from kcpshard.testing.identity import SERVICEACCOUNTS
-from kcpshard.testing.runner import WorkloadRunner
-from kcpshard.testing.runner.kubelet import LEASE_NAMESPACE, NODE_LEASES, NODES
-from kcpshard.testing.runner.volumes import pod_dir_name
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit.controlplane import ControlPlane
+from kcpshard_testkit.devenv import kubectl_binary
+from kcpshard_testkit.identity import SERVICEACCOUNTS
+from kcpshard_testkit.runner import WorkloadRunner
+from kcpshard_testkit.runner.kubelet import LEASE_NAMESPACE, NODE_LEASES, NODES
+from kcpshard_testkit.runner.volumes import pod_dir_name
+from kcpshard_testkit.waiting import wait_for
 
 PY = sys.executable
 NS = "default"

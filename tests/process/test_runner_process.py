@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kcpshard.testing.runner.process import ContainerProcess
+from kcpshard_testkit.runner.process import ContainerProcess
 
 PY = sys.executable
 
@@ -95,7 +95,7 @@ async def test_pdeathsig_kills_container_when_runner_is_sigkilled(tmp_path: Path
     helper = textwrap.dedent(
         f"""
         import asyncio, pathlib, sys
-        from kcpshard.testing.runner.process import ContainerProcess
+        from kcpshard_testkit.runner.process import ContainerProcess
         async def main():
             tmp = pathlib.Path({str(tmp_path)!r})
             argv = [{PY!r}, "-c", "import time; time.sleep(60)"]

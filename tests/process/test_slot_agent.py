@@ -22,12 +22,12 @@ from kcpshard.agent import seed
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, SECRETS, ApiClient, Conflict
 from kcpshard.kcp.flags import KINE_ENDPOINT_ENV, KINE_URL
 from kcpshard.kcp.readyz import client_for
-from kcpshard.testing.apiserver import EmulatedApiServer
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp import kcp_binary
-from kcpshard.testing.pki import CertificateAuthority
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.tools import tool
+from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp import kcp_binary
+from kcpshard_testkit.pki import CertificateAuthority
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.tools import tool
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 NS = "kcp"

@@ -16,8 +16,8 @@ import pytest
 from kcpshard.agent import seed
 from kcpshard.agent.storecheck import StoreTLS, connect_problem, store_endpoint, store_tls
 from kcpshard.kcp.flags import etcd_tls_paths
-from kcpshard.testing.pki import CertificateAuthority
-from kcpshard.testing.tcp import free_port
+from kcpshard_testkit.pki import CertificateAuthority
+from kcpshard_testkit.tcp import free_port
 
 CA = CertificateAuthority("store-ca")
 OTHER_CA = CertificateAuthority("another-ca")

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import yaml
 
-from kcpshard.testing import waiting
-from kcpshard.testing.etcd import EtcdServer
-from kcpshard.testing.fakekcp.process import KcpProcess
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.watcher import WatchedWrites
+from kcpshard_testkit import waiting
+from kcpshard_testkit.etcd import EtcdServer
+from kcpshard_testkit.fakekcp.process import KcpProcess
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.watcher import WatchedWrites
 
 # No hold of open watches at shutdown (the stand-in holds them 60 s, as kcp does): the restart test
 # restarts kcp under its own watcher, which is what it measures.

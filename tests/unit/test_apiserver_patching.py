@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from kcpshard.testing.apiserver.errors import ApiError
-from kcpshard.testing.apiserver.patching import json_patch, merge_patch, strategic_merge_patch
+from kcpshard_testkit.apiserver.errors import ApiError
+from kcpshard_testkit.apiserver.patching import json_patch, merge_patch, strategic_merge_patch
 
 DOC: dict[str, Any] = {
     "metadata": {"name": "x", "labels": {"a": "1", "b": "2"}},

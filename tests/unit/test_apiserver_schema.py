@@ -6,8 +6,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kcpshard.testing.apiserver.errors import invalid
-from kcpshard.testing.apiserver.schema import apply_defaults, cel_skipped, prune, unknown_fields, validate
+from kcpshard_testkit.apiserver.errors import invalid
+from kcpshard_testkit.apiserver.schema import apply_defaults, cel_skipped, prune, unknown_fields, validate
 
 WIDGETS = Path(__file__).parent.parent / "process" / "fixtures" / "widgets.yaml"
 SCHEMA: dict[str, Any] = yaml.safe_load(WIDGETS.read_text())["spec"]["versions"][0]["schema"][

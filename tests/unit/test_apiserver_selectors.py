@@ -2,8 +2,8 @@
 
 import pytest
 
-from kcpshard.testing.apiserver.errors import ApiError
-from kcpshard.testing.apiserver.selectors import FieldSelector, LabelSelector
+from kcpshard_testkit.apiserver.errors import ApiError
+from kcpshard_testkit.apiserver.selectors import FieldSelector, LabelSelector
 
 LABELS = {"app": "kcp", "tier": "front", "slot": "a"}
 

@@ -4,8 +4,8 @@ import datetime
 
 import pytest
 
-from kcpshard.testing.apiserver import jsonpath, tables
-from kcpshard.testing.apiserver.registry import builtin_types, types_from_crd
+from kcpshard_testkit.apiserver import jsonpath, tables
+from kcpshard_testkit.apiserver.registry import builtin_types, types_from_crd
 
 OBJ = {
     "metadata": {"name": "demo", "creationTimestamp": "2020-01-01T00:00:00Z"},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kcpshard.testing.fakekcp import flags
+from kcpshard_testkit.fakekcp import flags
 
 
 def test_both_value_syntaxes_and_bools() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kcpshard.testing.fakekcp import rootfiles
+from kcpshard_testkit.fakekcp import rootfiles
 
 
 def test_first_and_second_start(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kcpshard.testing.fakekcp.workspaces import READIED_BY, next_state
+from kcpshard_testkit.fakekcp.workspaces import READIED_BY, next_state
 
 
 def test_phases_in_order_and_readied_by() -> None:

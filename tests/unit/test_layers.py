@@ -27,7 +27,7 @@ IO_MODULES = (
     "kcpshard.kcp.client",
     "kcpshard.controller",
     "kcpshard.agent",
-    "kcpshard.testing",
+    "kcpshard_testkit",
 )
 
 # What may only be written by the status writer (and what the act handlers therefore never import).
@@ -87,7 +87,7 @@ def _offending(path: Path) -> list[str]:
 
 
 def _product_modules() -> Iterator[Path]:
-    return (p for p in sorted(PACKAGE.rglob("*.py")) if "testing" not in p.relative_to(PACKAGE).parts)
+    return iter(sorted(PACKAGE.rglob("*.py")))
 
 
 ROLL = sorted(p.relative_to(PACKAGE).as_posix() for p in (PACKAGE / "roll").glob("*.py"))
@@ -163,29 +163,30 @@ def test_no_import_cycles() -> None:
     assert sorted(m for m in graph if reaches(m, m)) == []
 
 
-def test_only_the_operator_side_layers_reach_the_testing_package() -> None:
+def test_no_product_module_imports_the_test_kit() -> None:
     users = [
         p.relative_to(PACKAGE).as_posix()
         for p in _product_modules()
-        if any(n.startswith("kcpshard.testing") for n in _imports(p))
+        if any(n.startswith("kcpshard_testkit") for n in _imports(p))
     ]
     assert users == []
 
 
-# The one known exception: `kcpshard dev up/down` start the development environment of the test kit.
-# These entries move out of cli.py when the test kit becomes its own package.
-KNOWN_STRING_IMPORTS = {("cli.py", "kcpshard.testing.devenv:up"), ("cli.py", "kcpshard.testing.devenv:down")}
-MODULE_PATH = re.compile(r"^kcpshard\.testing(\.\w+)*(:\w+)?$")
+MODULE_PATH = re.compile(r"^kcpshard_testkit(\.\w+)*(:\w+)?$")
 
 
-def test_no_product_module_reaches_the_testing_package_through_a_string() -> None:
+def test_no_product_module_reaches_the_test_kit_through_a_string() -> None:
     found = {
         (p.relative_to(PACKAGE).as_posix(), node.value)
         for p in _product_modules()
         for node in ast.walk(ast.parse(p.read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_PATH.match(node.value)
     }
-    assert found == KNOWN_STRING_IMPORTS
+    assert found == set()
+
+
+def test_the_product_package_holds_no_test_kit() -> None:
+    assert sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name in {"testing", "testkit"}) == []
 
 
 def test_nothing_is_importable_as_operator() -> None:

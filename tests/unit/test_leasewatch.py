@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kcpshard.testing.leasewatch import Handover, Observation, handovers, parse_micro_time
+from kcpshard_testkit.leasewatch import Handover, Observation, handovers, parse_micro_time
 
 
 def t(second: float) -> str:

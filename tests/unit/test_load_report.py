@@ -5,10 +5,10 @@ from __future__ import annotations
 import math
 import time
 
-from kcpshard.testing.load import KubeStyleLoad, LoadReport
-from kcpshard.testing.pki import CertificateAuthority
-from kcpshard.testing.tcp import free_port
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit.load import KubeStyleLoad, LoadReport
+from kcpshard_testkit.pki import CertificateAuthority
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
 
 def test_percentiles_are_nearest_rank() -> None:

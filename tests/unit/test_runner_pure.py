@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from kcpshard.testing.runner.deployments import plan_deployment
-from kcpshard.testing.runner.envs import ConfigError, build_env, field_ref, referenced_names
-from kcpshard.testing.runner.expand import expand
-from kcpshard.testing.runner.jobstatus import plan_job
-from kcpshard.testing.runner.templates import pod_from_deployment, pod_from_job, template_hash
-from kcpshard.testing.runner.volumes import (
+from kcpshard_testkit.runner.deployments import plan_deployment
+from kcpshard_testkit.runner.envs import ConfigError, build_env, field_ref, referenced_names
+from kcpshard_testkit.runner.expand import expand
+from kcpshard_testkit.runner.jobstatus import plan_job
+from kcpshard_testkit.runner.templates import pod_from_deployment, pod_from_job, template_hash
+from kcpshard_testkit.runner.volumes import (
     Mount,
     container_mounts,
     map_arg,

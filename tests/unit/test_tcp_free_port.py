@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from kcpshard.testing import tcp
+from kcpshard_testkit import tcp
 
 
 def test_ports_lie_below_the_ephemeral_range_are_bindable_and_never_repeat() -> None:

@@ -6,8 +6,8 @@ import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from kcpshard.testing.load import LoadReport
-from kcpshard.testing.timeline import render_timeline, report_times, roll_steps
+from kcpshard_testkit.load import LoadReport
+from kcpshard_testkit.timeline import render_timeline, report_times, roll_steps
 
 START = datetime(2026, 12, 4, 7, 0, 0, tzinfo=UTC)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

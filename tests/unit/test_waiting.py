@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kcpshard.testing.waiting import wait_for
+from kcpshard_testkit.waiting import wait_for
 
 
 async def test_an_assertion_in_the_probe_fails_at_once() -> None:

@@ -1,0 +1,76 @@
+"""Self-signed CA, serving certificate for 127.0.0.1/localhost, bearer token and kubeconfig files.
+
+What `kind`/`kubeadm` write for a cluster, reduced to one user: a kubeconfig with the CA data inline,
+the server URL and a token (files holding secrets are mode 0600).
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import ssl
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kcpshard_testkit.pki import CertificateAuthority, write_private
+
+__all__ = ["make_certificates", "new_token", "server_context", "write_kubeconfig", "write_private"]
+
+CONTEXT = "kcpshard-dev"
+
+
+def make_certificates(workdir: Path) -> tuple[Path, Path, Path]:
+    """Create ca.crt, apiserver.crt and apiserver.key (0600) in `workdir`; returns their paths."""
+    ca = CertificateAuthority()
+    ca_path = workdir / "ca.crt"
+    ca_path.write_bytes(ca.cert_pem)
+    cert_path, key_path = ca.serving().write(workdir / "apiserver.crt", workdir / "apiserver.key")
+    return ca_path, cert_path, key_path
+
+
+def server_context(cert_path: Path, key_path: Path) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(cert_path), str(key_path))
+    return ctx
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def write_kubeconfig(
+    path: Path,
+    url: str,
+    ca_path: Path,
+    token: str | None = None,
+    namespace: str = "default",
+    *,
+    user: dict[str, Any] | None = None,
+) -> None:
+    """A one-context kubeconfig (mode 0600): the CA inline, and `token` or the kubeconfig `user` fields
+    (`client-certificate-data`/`client-key-data`, `tokenFile`)."""
+    credentials = dict(user or {})
+    if token is not None:
+        credentials["token"] = token
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": CONTEXT,
+                "cluster": {
+                    "server": url,
+                    "certificate-authority-data": base64.b64encode(ca_path.read_bytes()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": CONTEXT, "user": credentials}],
+        "contexts": [
+            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}
+        ],
+        "current-context": CONTEXT,
+        "preferences": {},
+    }
+    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())

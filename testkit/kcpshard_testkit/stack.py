@@ -1,0 +1,215 @@
+"""The whole local stack as real processes: the development environment and the operator.
+
+Used by the end-to-end tests, `make demo` and the benchmarks. Each part is a
+separate process, as in a cluster: the operator talks HTTPS to the API server
+(the real control plane, or the emulated one with `KCPSHARD_API=emulated`) as its
+ServiceAccount, the runner starts the agents' pods as processes, the agents start
+kcp and HAProxy.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kcpshard.k8s import names
+from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
+from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
+from kcpshard_testkit.devenv import ApiKind, DevEnvInfo, dev_command, kubectl_binary
+from kcpshard_testkit.faultproxy import FaultProxy
+from kcpshard_testkit.waiting import wait_for
+
+ENV_TIMEOUT = 180.0  # the real control plane starts in about 10 s alone, longer on a busy machine
+
+
+def kcpshard_command() -> list[str]:
+    return [sys.executable, "-m", "kcpshard.cli"]
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait()
+        return int(self.popen.returncode)
+
+
+def start_process(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None) -> Process:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        popen = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    return Process(name, popen, log)
+
+
+@dataclass
+class Stack:
+    directory: Path
+    info: DevEnvInfo
+    api: ApiClient
+    devenv: Process
+    operator: Process | None = None
+
+    def start_operator(
+        self,
+        *extra: str,
+        kubeconfig: str | None = None,
+        log: str = "operator.log",
+        env: dict[str, str] | None = None,
+    ) -> Process:
+        """The operator as a subprocess (its own process group), as its ServiceAccount; `kubeconfig` e.g.
+        through a FaultProxy; `env` e.g. POD_NAME, as the Deployment sets it."""
+        self.operator = start_process(
+            "operator",
+            [
+                *kcpshard_command(),
+                "operator",
+                "--standalone",
+                "--all-namespaces",
+                "--agent-command",
+                " ".join(kcpshard_command()),
+                *extra,
+            ],
+            self.directory / log,
+            env={"KUBECONFIG": kubeconfig or self.info.operator_kubeconfig, **(env or {})},
+        )
+        return self.operator
+
+    def fault_proxy(self, workdir: Path) -> FaultProxy:
+        """A FaultProxy in front of the API server for the operator: it forwards the operator's own token
+        and serves the API server's certificate (next to the admin kubeconfig in both kinds of stack)."""
+        serving = Path(self.info.kubeconfig).parent
+        return FaultProxy(
+            Path(self.info.operator_kubeconfig),
+            workdir,
+            cert_path=serving / "apiserver.crt",
+            key_path=serving / "apiserver.key",
+        )
+
+    async def shard(self, name: str, namespace: str = "default") -> dict[str, Any]:
+        return await self.api.get(KCPSHARDS, namespace, name)
+
+    async def shard_admin(self, name: str, namespace: str = "default") -> ShardAdmin:
+        secret = await self.api.get(SECRETS, namespace, names.shared_secret_name(name))
+        return shard_admin(base64.b64decode(secret["data"]["admin.kubeconfig"]))
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """The real kubectl as the admin."""
+        return subprocess.run(
+            [kubectl_binary(), *args],
+            env={**os.environ, "KUBECONFIG": self.info.kubeconfig},
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=60,
+        )
+
+
+def shard_manifest(
+    name: str,
+    *,
+    etcd: str,
+    front_port: int,
+    version: str = "v0.32.1",
+    namespace: str = "default",
+    **spec: Any,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "kcpshard.dev/v1alpha1",
+        "kind": "KcpShard",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "kcp": {"version": version, "binary": "kcpshard-fake-kcp"},
+            "node": "local-node",
+            # A key prefix per shard: the operator refuses two shards on one etcd keyspace.
+            "store": {"etcd": {"endpoints": [etcd], "prefix": f"/shards/{namespace}/{name}"}},
+            "front": {"address": "127.0.0.1", "port": front_port},
+            "shard": {"name": "root", "root": True},
+            "shutdownDelaySeconds": 2,
+            **spec,
+        },
+    }
+
+
+def stack_api(default: ApiKind = "real") -> ApiKind:
+    """`KCPSHARD_API` (`real` or `emulated`), else `default`."""
+    value = os.environ.get("KCPSHARD_API") or default
+    if value not in ("real", "emulated"):
+        raise ValueError(f"KCPSHARD_API={value!r}: use real or emulated")
+    return "real" if value == "real" else "emulated"
+
+
+@contextlib.asynccontextmanager
+async def running_stack(
+    directory: Path, *, operator: bool = True, api: ApiKind | None = None
+) -> AsyncIterator[Stack]:
+    """The development environment and (optionally) the operator as subprocesses; all stopped on exit.
+
+    `api` defaults to `stack_api()`: the real control plane (it needs `make tools`), or the emulated API
+    server with `KCPSHARD_API=emulated`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    env_dir = directory / "env"
+    devenv = start_process(
+        "devenv",
+        [*dev_command(), "up", "--dir", str(env_dir), "--api", api or stack_api()],
+        directory / "devenv.log",
+    )
+    client: ApiClient | None = None
+    stack: Stack | None = None
+    try:
+
+        async def env_ready_or_exited() -> bool:
+            return devenv.popen.poll() is not None or (env_dir / "env.json").exists()
+
+        await wait_for("the development environment", env_ready_or_exited, timeout=ENV_TIMEOUT)
+        if devenv.popen.poll() is not None:
+            tail = "\n".join(devenv.log.read_text(errors="replace").splitlines()[-10:])
+            raise RuntimeError(f"the development environment exited ({devenv.log}):\n{tail}")
+        info = DevEnvInfo.load(env_dir)
+        client = ApiClient.from_kubeconfig(info.kubeconfig)
+        stack = Stack(directory, info, client, devenv)
+        if operator:
+            stack.start_operator()
+        yield stack
+    finally:
+        if stack is not None and stack.operator is not None:
+            stack.operator.stop()
+        if client is not None:
+            await client.aclose()
+        devenv.stop(timeout=60)
+
+
+def processes_under(sandbox: Path) -> Iterator[int]:
+    """Pids of live processes whose command line mentions the sandbox (for leak checks)."""
+    needle = str(sandbox).encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline:
+            yield int(entry.name)
