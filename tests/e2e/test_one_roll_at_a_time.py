@@ -1,4 +1,4 @@
-"""Only one roll per shard at a time (DESIGN.md section 4).
+"""Only one roll per shard at a time (docs/design.md#one-roll-at-a-time).
 
 - A spec change during a roll is queued: the roll under way finishes on the revision it started with,
   then a second roll takes the shard to the newest spec.

@@ -1,7 +1,8 @@
-"""After an aborted version upgrade whose new kcp had started (DESIGN.md section 4): the shard says its
-serving kcp should re-assert its bootstrap (BootstrapReassertNeeded), and one command,
-`kubectl kcpshard reassert`, rolls the serving revision once more; a client through the front sees no
-failed request, and the failed upgrade stays failed until the spec or the retry annotation changes.
+"""After an aborted version upgrade whose new kcp had started
+(docs/design.md#re-assert-after-an-aborted-upgrade): the shard says its serving kcp should re-assert its
+bootstrap (BootstrapReassertNeeded), and one command, `kubectl kcpshard reassert`, rolls the serving
+revision once more; a client through the front sees no failed request, and the failed upgrade stays failed
+until the spec or the retry annotation changes.
 """
 
 from __future__ import annotations

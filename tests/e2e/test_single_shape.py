@@ -1,5 +1,5 @@
 """The Single shape: a planned outage instead of blue/green, for version pairs that must not run side by
-side on one store (DESIGN.md section 4).
+side on one store (docs/design.md#the-single-shape).
 
 The old process stops first, the new revision starts on the same slot `a`, and the front is pointed at
 its new port. When the new revision never becomes ready, the old revision is started again on slot `a`

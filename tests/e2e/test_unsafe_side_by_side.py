@@ -1,5 +1,6 @@
-"""A BlueGreen roll across kcp versions that must not run side by side on one store (DESIGN.md section 4,
-kcp/versions.py STORAGE_BOUNDARIES) stalls before anything starts; with `shape: Single` it rolls.
+"""A BlueGreen roll across kcp versions that must not run side by side on one store
+(docs/design.md#unsafe-version-pairs, kcp/versions.py STORAGE_BOUNDARIES) stalls before anything starts;
+with `shape: Single` it rolls.
 
 A client through the front counts failures while the roll is refused: the serving kcp is untouched.
 """

@@ -239,7 +239,7 @@ async def test_kcp_admin_kubeconfig_is_published_and_follows_the_roll(tmp_path: 
 
 
 async def test_a_non_root_shard_waits_for_its_root_then_rolls_by_itself(tmp_path: Path) -> None:
-    """DESIGN.md section 4: a non-root shard never runs a newer kcp than its root serves."""
+    """docs/design.md#root-shard-first: a non-root shard never runs a newer kcp than its root serves."""
     bin_dir = tmp_path / "bin"
     v033 = make_kcp(bin_dir, "kcp-0330", version="v0.33.0", **FAST)
     async with running_stack(tmp_path / "stack") as stack:

@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import kopf
 import prometheus_client
 
 from kcpshard.controller import handlers  # noqa: F401  (registers the handlers)
 from kcpshard.controller.config import OperatorConfig
+from kcpshard.controller.settings import own_identity
 from kcpshard.k8s.builders import DEFAULT_IMAGE
 
 
@@ -20,8 +22,9 @@ def _parser() -> argparse.ArgumentParser:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("--namespace", "-n", action="append", help="watch only this namespace (repeatable)")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace (default)")
-    parser.add_argument("--standalone", action="store_true", help="no peering: the only operator running")
-    parser.add_argument("--peering", default=None, help="kopf peering name (two replicas: one acts)")
+    # kopf peering is never used (each shard has a Lease of its own); the flag stays accepted for the
+    # scripts that still pass it.
+    parser.add_argument("--standalone", action="store_true", help="accepted and ignored: kopf never peers")
     parser.add_argument("--image", default=DEFAULT_IMAGE, help="image of the agent Jobs and the front")
     parser.add_argument(
         "--agent-command",
@@ -40,6 +43,25 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def operator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """What `kopf.operator` runs with: standalone (no peering) and named by `own_identity`, so kopf neither
+    looks for a peering object nor asks the password database who runs it."""
+    config = OperatorConfig(
+        image=args.image,
+        agent_command=tuple(args.agent_command.split()),
+        lease_seconds=args.shard_lease_seconds,
+    )
+    return {
+        "registry": kopf.get_default_registry(),  # filled by importing kcpshard.controller.handlers
+        "memo": kopf.Memo(config=config),
+        "identity": own_identity(),
+        "standalone": True,
+        "clusterwide": not args.namespace,
+        "namespaces": args.namespace or [],
+        "liveness_endpoint": args.liveness,
+    }
+
+
 def run(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
@@ -50,23 +72,6 @@ def run(argv: list[str]) -> int:
         logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.metrics_port is not None:
         prometheus_client.start_http_server(args.metrics_port)
-    config = OperatorConfig(
-        image=args.image,
-        agent_command=tuple(args.agent_command.split()),
-        lease_seconds=args.shard_lease_seconds,
-    )
-    memo = kopf.Memo(config=config)
-    registry = kopf.get_default_registry()  # filled by importing kcpshard.controller.handlers
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(
-            kopf.operator(
-                registry=registry,
-                memo=memo,
-                standalone=args.standalone,
-                peering_name=args.peering,
-                clusterwide=not args.namespace,
-                namespaces=args.namespace or [],
-                liveness_endpoint=args.liveness,
-            )
-        )
+        asyncio.run(kopf.operator(**operator_kwargs(args)))
     return 0

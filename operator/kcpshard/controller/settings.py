@@ -1,8 +1,10 @@
-"""kopf settings: this project's own persistence keys and finalizer, not kopf's defaults."""
+"""kopf settings: this project's own persistence keys and finalizer, no peering, and a name of its own."""
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 
 import kopf
 
@@ -19,7 +21,21 @@ def configure(settings: kopf.OperatorSettings) -> None:
         prefix=PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
-    settings.peering.name = "kcpshard"
-    settings.peering.mandatory = False
+    # No kopf peering: with equal priorities it pauses every replica. One replica acts per shard through
+    # the shard's own Lease (shardlock.py). Standalone, kopf watches no peering object and needs no RBAC
+    # for one (docs/design.md#kopf).
+    settings.peering.standalone = True
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
+
+
+def own_identity() -> str:
+    """The name this operator process gives kopf: the pod's (POD_NAME, set by the Deployment; or kopf's own
+    POD_ID), else `<hostname>/<pid>`.
+
+    kopf names itself at start whether it peers or not, and without a name given it asks
+    `getpass.getuser()`, which raises KeyError for a uid with no passwd entry (the product image runs as
+    65532): so the operator always gives one (docs/design.md#kopf).
+    """
+    pod = os.environ.get("POD_NAME") or os.environ.get("POD_ID")
+    return pod or f"{socket.gethostname()}/{os.getpid()}"

@@ -1,9 +1,10 @@
 """An async client for the few kcp calls the roll makes: readiness, the controller lease, probe workspaces.
 
-Paths as kcp serves them (DESIGN.md section 5): the lease `kube-system/kcp-controllers` in logical cluster
-`system:admin` (`pkg/server/options/controllers.go`), workspaces `tenancy.kcp.io/v1alpha1` in `root`
-(phases Scheduling -> Initializing -> Ready, `pkg/reconciler/tenancy/workspace`). Requests carry the
-shard-admin token; TLS is verified against the CA bundle of `apiserver.crt` (from admin.kubeconfig).
+Paths as kcp serves them (docs/design.md#the-controller-lease, docs/design.md#the-probe-workspace): the
+lease `kube-system/kcp-controllers` in logical cluster `system:admin` (`pkg/server/options/controllers.go`),
+workspaces `tenancy.kcp.io/v1alpha1` in `root` (phases Scheduling -> Initializing -> Ready,
+`pkg/reconciler/tenancy/workspace`). Requests carry the shard-admin token; TLS is verified against the CA
+bundle of `apiserver.crt` (from admin.kubeconfig).
 
 Certificate names: kcp generates its self-signed serving cert (k8s.io/apiserver
 `SecureServingOptions.MaybeDefaultWithSelfSignedCerts`, called from kcp's `Options.Complete`) for the

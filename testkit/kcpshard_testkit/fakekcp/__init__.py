@@ -1,7 +1,7 @@
 """The stand-in kcp: a small program behaving as `kcp start` (v0.32.x) does where the operator relies on it.
 
-See DESIGN.md section 5. Run it as `kcpshard-fake-kcp start [kcp flags]`. When `$KCP_BINARY` names a real
-kcp binary, callers use that instead (`kcp_binary()`).
+See docs/design.md#kcp-facts-the-code-relies-on. Run it as `kcpshard-fake-kcp start [kcp flags]`. When
+`$KCP_BINARY` names a real kcp binary, callers use that instead (`kcp_binary()`).
 
 Test knobs (environment variables, because a real kcp would reject unknown flags):
 - `KCP_FAKE_VERSION` (default `v0.32.1`): the kcp version it claims (`version`, `/version`, bootstrap marker).
