@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up a fresh machine for `make test` and `make demo`: the Debian packages the
-# tests run for real (etcd, HAProxy; Lua for the Argo CD health checks, shellcheck for the
-# shell scripts) and a virtualenv with the Python dependencies.
+# tests run for real (etcd, HAProxy; shellcheck for the shell scripts) and a virtualenv with the
+# Python dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +9,6 @@ need_apt=()
 command -v etcd >/dev/null 2>&1 || need_apt+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need_apt+=(etcd-client)
 command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
-command -v lua5.4 >/dev/null 2>&1 || need_apt+=(lua5.4)
 command -v shellcheck >/dev/null 2>&1 || need_apt+=(shellcheck)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "bootstrap: installing Debian packages: ${need_apt[*]}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real parts the tests run on, from their Go modules, with the go.mod files beside
 # this script: kube-apiserver and kube-controller-manager, etcd and etcdctl 3.6, kcp (two
-# minors: v0.31.2 and v0.30.0), kine, and kstatus (a checker of Flux's health rule). Each binary
+# minors: v0.31.2 and v0.30.0), kine, kstatus (a checker of Flux's health rule) and argocd-lua (Argo
+# CD's Lua VM and argocd-cm parser, which run our Argo CD health checks). Each binary
 # is built once per key (its module's go.mod/go.sum, our mains, the build line and the Go
 # version) into a cache outside the checkout, and linked into
 # hack/tools/bin. A part that fails to build is reported with its module and error; the others
@@ -56,6 +57,8 @@ tools() {
   echo "kine|kine|github.com/k3s-io/kine|1|sqlite_unlock_notify|-s -w|v0.17.5"
   # Flux's health rule, computed by sigs.k8s.io/cli-utils' kstatus (tests/process/test_kstatus.py)
   echo "kstatus|kstatus|.|0||-s -w|cli-utils-v0.37.2"
+  # Argo CD's health of a resource from argocd-cm, with its own util/lua (tests/process/test_argocd_health.py)
+  echo "argocd-lua|argocd-lua|.|0||-s -w|argo-cd-v3.2.12"
 }
 
 key_of() { # module dir, build line

@@ -4,6 +4,8 @@
 -- `kubectl kcpshard promote`; a spec the operator has not acted on yet is Progressing (a Stalled of an
 -- older generation is no verdict on it); Stalled=True is Degraded; Ready=True is Healthy.
 -- `kubectl kcpshard status` judges by the same rules.
+-- Only Lua's base library is used (ipairs, tostring, `..`): Argo CD runs a check from argocd-cm with
+-- base, table and a safe os only; string, math, io and the rest need resource.customizations.useOpenLibs.
 local hs = {}
 
 local function find(conditions, wanted)
@@ -53,7 +55,7 @@ end
 local generation = obj.metadata.generation
 if status.observedGeneration ~= nil and generation ~= nil and status.observedGeneration ~= generation then
   hs.status = "Progressing"
-  hs.message = string.format("waiting for the operator to act on generation %d", generation)
+  hs.message = "waiting for the operator to act on generation " .. tostring(generation)
   return hs
 end
 

@@ -3,6 +3,8 @@
 -- Its host agent reports the step conditions Seeded, Listening, Ready; the operator adds Flipped,
 -- LeaseHandedOver and Probed. A slot stopped on purpose (the old one after a roll) is Suspended;
 -- a kcp that exited with an error, or a failed seed, is Degraded; a ready one is Healthy.
+-- Only Lua's base library is used (ipairs, tostring, `..`): Argo CD runs a check from argocd-cm with
+-- base, table and a safe os only; string, math, io and the rest need resource.customizations.useOpenLibs.
 local hs = {}
 
 local function find(conditions, wanted)
@@ -37,7 +39,7 @@ if status.exitedAt ~= nil then
     hs.message = message(ready, "kcp stopped")
   else
     hs.status = "Degraded"
-    hs.message = message(ready, string.format("kcp exited with code %d", status.exitCode))
+    hs.message = message(ready, "kcp exited with code " .. tostring(status.exitCode))
   end
   return hs
 end
