@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: bootstrap tools test lint typecheck pytest demo bench bench-scale api-requests fidelity crds dev clean
+.PHONY: bootstrap tools test lint typecheck pytest demo bench bench-scale api-requests fidelity crds dev clean image test-image
 
 bootstrap:
 	@bash hack/bootstrap.sh
@@ -20,13 +20,14 @@ lint: bootstrap
 typecheck: bootstrap
 	$(BIN)/mypy
 
-pytest: bootstrap tools
+pytest: bootstrap tools image test-image
 	$(BIN)/pytest --durations=25
 
 test: lint typecheck pytest
 
-# REAL=1: on the real control plane and real kcp (v0.30.0 -> v0.31.2), built first by `make tools`.
-demo: bootstrap $(if $(REAL),tools)
+# On a real node (containerd, kubelet) with the operator in a container of `make image`; the stand-in kcp,
+# or with REAL=1 real kcp (v0.30.0 -> v0.31.2) from `make tools`, put on the node as the README says.
+demo: bootstrap tools image test-image
 	REAL=$(REAL) $(BIN)/python hack/demo.py
 
 bench: bootstrap tools
@@ -45,6 +46,14 @@ api-requests: bootstrap tools
 # The stand-in kcp measured against real kcp, side by side (RUNS=3 by default).
 fidelity: bootstrap tools
 	$(BIN)/python hack/fidelity.py
+
+# The product image from Dockerfile with no registry (buildah on a debootstrap base), as a docker-archive tar
+# in the cache; its path is the last line. test-image: the same plus the test kit (the stand-in kcp).
+image: bootstrap
+	@bash hack/image.sh
+
+test-image: bootstrap
+	@bash hack/image.sh test
 
 crds: bootstrap
 	$(BIN)/kcpshard crds

@@ -1,10 +1,12 @@
 """`make demo`: a full blue/green roll of a kcp shard on this machine, shown step by step.
 
-Starts the development environment and the operator, applies examples/kcpshard.yaml with
-the real kubectl, waits until the shard serves through the front, changes its spec, shows
-the roll as it advances, prints the roll report, and shuts everything down.
-`REAL=1` (`make demo REAL=1`) runs it on the real parts `make tools` built: the real control plane,
-and real kcp upgraded from v0.30.0 to v0.31.2. Otherwise the stand-in kcp rolls v0.32.1 -> v0.32.2.
+Starts a cluster on this machine (the real control plane and a real node: containerd, the kubelet, the
+scheduler), the operator in it as deploy/base's Deployment from the image the Dockerfile builds, applies
+examples/kcpshard.yaml with the real kubectl, waits until the shard serves through the front, changes its
+spec, shows the roll as it advances, prints the roll report, and shuts everything down.
+`REAL=1` (`make demo REAL=1`) rolls real kcp from v0.30.0 to v0.31.2, its binaries put where the README
+tells users to (/var/lib/kcpshard/bin/kcp-<version>, the slots' hostPath). Otherwise the stand-in kcp
+(from the test image) rolls v0.32.1 -> v0.32.2.
 """
 
 from __future__ import annotations
@@ -23,10 +25,10 @@ import yaml
 from kcpshard.api import conditions as cond
 from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
-from kcpshard_testkit.devenv import default_api
+from kcpshard_testkit.image import build_image
 from kcpshard_testkit.load import KubeStyleLoad
-from kcpshard_testkit.realkcp import NEWER, OLDER, real_kcp
-from kcpshard_testkit.stack import Stack, running_stack, stack_api
+from kcpshard_testkit.realkcp import NEWER, OLDER, on_the_node, real_kcp
+from kcpshard_testkit.stack import NodeImages, Stack, running_stack
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
 
@@ -51,18 +53,21 @@ if REAL:
         FROM, TO = (real_kcp(OLDER), real_kcp(NEWER))
     except FileNotFoundError as exc:
         sys.exit(f"demo: {exc}")
-    KCP_FROM = {"version": FROM.version, "binary": FROM.binary}
-    KCP_TO = {"version": TO.version, "binary": TO.binary}
+    KCP_FROM = {"version": FROM.version, "binary": on_the_node(FROM)}
+    KCP_TO = {"version": TO.version, "binary": on_the_node(TO)}
     TIMEOUT = 600.0
 else:
     KCP_FROM, KCP_TO, TIMEOUT = {"version": "v0.32.1"}, {"version": "v0.32.2"}, 180.0
 
 
-def manifest(stack: Stack, front_port: int) -> str:
+def manifest(stack: Stack, front_port: int, test_image: str) -> str:
     doc = yaml.safe_load((REPO / "examples" / "kcpshard.yaml").read_text())
     doc["spec"]["store"]["etcd"]["endpoints"] = [stack.info.etcd_endpoint]
     doc["spec"]["front"]["port"] = front_port
+    doc["spec"]["node"] = stack.info.node
     doc["spec"]["kcp"].update(KCP_FROM)
+    if not REAL:  # the stand-in kcp is in the test image, not on the node
+        doc["spec"]["kcp"]["image"] = test_image
     return yaml.safe_dump(doc)
 
 
@@ -114,19 +119,27 @@ def print_report(shard: dict[str, Any]) -> None:
 
 
 async def demo(workdir: Path) -> None:
-    # the real control plane once `make tools` built it (always with REAL=1)
-    api = "real" if REAL else stack_api(default=default_api())
-    say(f"starting the development environment ({api} API server, etcd, workload runner) and the operator")
-    async with running_stack(workdir, api=api) as stack:
+    say("the images from the Dockerfile (hack/image.sh; cached by a key of what goes in)")
+    started = time.monotonic()
+    product, test = build_image("product"), build_image("test")
+    print(f"{product.name} and {test.name} in {time.monotonic() - started:.1f} s", flush=True)
+    say(
+        "starting the cluster: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, containerd, "
+        "the kubelet, and the operator as deploy/base's Deployment"
+    )
+    node = NodeImages(tars=(product.tar, test.tar), operator=product.name)
+    async with running_stack(workdir, api="real", node=node) as stack:
         print(f"KUBECONFIG={stack.info.kubeconfig}  (up in {stack.info.start_seconds:.1f} s)")
+        show(stack, "get", "nodes", "-o", "wide")
         front_port = free_port()
         path = workdir / "kcpshard.yaml"
-        path.write_text(manifest(stack, front_port))
+        path.write_text(manifest(stack, front_port, test.name))
 
         say("kubectl apply -f examples/kcpshard.yaml (etcd endpoint and front port filled in)")
         show(stack, "apply", "-f", str(path))
         await follow(stack, "a", timeout=TIMEOUT)
         show(stack, "get", "kcpshards,kcpslots")
+        show(stack, "get", "pods", "-A", "-o", "wide")
 
         admin = await stack.shard_admin(NAME)
         load = KubeStyleLoad(f"https://127.0.0.1:{front_port}", admin.token, admin.ca_pem)

@@ -79,7 +79,8 @@ EOF
 kind create cluster --name "$CLUSTER" --config "$WORK/kind.yaml" --kubeconfig "$KUBECONFIG" --wait 120s
 
 log "image $IMAGE: build and load"
-docker build -t "$IMAGE" "$ROOT"
+# the build context is the product's wheels, built on this machine (Dockerfile says why)
+docker build -t "$IMAGE" -f "$ROOT/Dockerfile" "$(bash hack/image.sh context)"
 kind load docker-image "$IMAGE" --name "$CLUSTER"
 
 log "kcp $KCP_FROM and $KCP_TO from $KCP_IMAGE into the node's $BIN_ON_NODE"

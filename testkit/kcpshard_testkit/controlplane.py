@@ -24,7 +24,9 @@ import base64
 import contextlib
 import logging
 import os
+import random
 import shutil
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -53,6 +55,9 @@ CONTROLLERS = (
     "serviceaccount-token-controller",
     "namespace-controller",
 )
+# With a real node: the not-ready taint lifted (and a lost node's pods evicted), and the cluster CA
+# published in every namespace (`kube-root-ca.crt`, part of each pod's ServiceAccount token volume).
+NODE_CONTROLLERS = ("node-lifecycle-controller", "root-ca-certificate-publisher-controller")
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 APISERVER_START_TIMEOUT = 120.0
 # The API-request bench (hack/api_requests.py) turns on kube-apiserver's audit log with this.
@@ -72,6 +77,22 @@ CONTROLLER_MANAGER_START_TIMEOUT = 60.0
 Setup = Callable[["ControlPlane"], Awaitable[None]]
 
 
+IN_CLUSTER_NAMES = ("kubernetes", "kubernetes.default", "kubernetes.default.svc")
+
+
+def service_ip() -> str:
+    """127.0.N.1 with port 443 free: the `kubernetes` Service's address of a cluster with a real node."""
+    for third in random.sample(range(2, 255), 40):
+        address = f"127.0.{third}.1"
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((address, 443))
+            except OSError:
+                continue
+        return address
+    raise ControlPlaneError("no loopback address 127.0.N.1 has port 443 free")
+
+
 class ControlPlaneError(RuntimeError):
     """The control plane could not start (the message names the process and its log)."""
 
@@ -89,9 +110,15 @@ def client_kubeconfig(path: Path, url: str, ca_path: Path, issued: Issued) -> Pa
 class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager; `start()`, then `url` and `admin_kubeconfig`."""
 
-    def __init__(self, workdir: Path, *, controllers: Sequence[str] = CONTROLLERS) -> None:
+    def __init__(
+        self, workdir: Path, *, controllers: Sequence[str] = CONTROLLERS, for_node: bool = False
+    ) -> None:
         self.workdir = Path(workdir)
-        self.controllers = tuple(controllers)
+        self.controllers = (*controllers, *NODE_CONTROLLERS) if for_node else tuple(controllers)
+        # With a real node: pods get their ServiceAccount token mounted and reach this API server in-cluster.
+        self.for_node = for_node
+        self.service_ip = ""
+        self.ca: CertificateAuthority | None = None
         self.url = ""
         self.port = 0
         self.ca_path = self.workdir / "ca.crt"
@@ -119,10 +146,17 @@ class ControlPlane:
         self.workdir.chmod(0o700)
         # A fresh cluster each time: the CA and the keys are new, tokens and pods of an old run are stale.
         shutil.rmtree(self.etcd.data_dir, ignore_errors=True)
-        ca = CertificateAuthority("kcpshard-dev-ca")
+        ca = self.ca = CertificateAuthority("kcpshard-dev-ca")
         self.ca_path.write_bytes(ca.cert_pem)
-        serving_cert, serving_key = ca.serving().write(
+        if self.for_node:
+            self.service_ip = service_ip()
+        in_cluster = (self.service_ip,) if self.service_ip else ()
+        serving_cert, serving_key = ca.serving(ips=in_cluster, names=IN_CLUSTER_NAMES).write(
             self.workdir / "apiserver.crt", self.workdir / "apiserver.key"
+        )
+        # kube-apiserver's client identity towards the kubelet (`kubectl logs`, `exec`).
+        ca.client("kube-apiserver-kubelet-client", "system:masters").write(
+            self.workdir / "kubelet-client.crt", self.workdir / "kubelet-client.key"
         )
         write_private(self.sa_key_path, service_account_key())
         admin = ca.client(ADMIN_USER, "system:masters")
@@ -145,8 +179,10 @@ class ControlPlane:
     async def _start_apiserver(self, binary: Path, cert: Path, key: Path) -> None:
         last_error = ""
         for _ in range(3):  # a port picked free can be taken before the server binds it
-            self.port = free_port()
-            self.url = f"https://127.0.0.1:{self.port}"
+            # With a node, the API server serves on the `kubernetes` Service's own address and port: the
+            # kubelet hands pods KUBERNETES_SERVICE_HOST/PORT from it, and no kube-proxy runs here.
+            self.port = 443 if self.service_ip else free_port()
+            self.url = f"https://{self.service_ip or '127.0.0.1'}:{self.port}"
             self.apiserver = Daemon(
                 "kube-apiserver", self._apiserver_args(binary, cert, key), self.workdir / "kube-apiserver.log"
             )
@@ -166,8 +202,8 @@ class ControlPlane:
             str(binary),
             f"--etcd-servers={self.etcd.endpoint}",
             f"--secure-port={self.port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.service_ip or '127.0.0.1'}",
+            f"--advertise-address={self.service_ip or '127.0.0.1'}",
             f"--cert-dir={self.workdir}",
             f"--tls-cert-file={cert}",
             f"--tls-private-key-file={key}",
@@ -176,15 +212,30 @@ class ControlPlane:
             f"--service-account-key-file={self.sa_key_path}",
             f"--service-account-signing-key-file={self.sa_key_path}",
             "--authorization-mode=Node,RBAC",
-            # `kubectl logs` is proxied to the node's kubelet endpoint: the runner's, on its InternalIP.
-            "--kubelet-preferred-address-types=InternalIP",
-            "--disable-admission-plugins=ServiceAccount",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            f"--kubelet-client-certificate={self.workdir / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={self.workdir / 'kubelet-client.key'}",
+            *self._node_args(),
             "--allow-privileged=true",
             # The `kubernetes` Service's endpoints would name 127.0.0.1, which the reconciler refuses.
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             *self._audit_args(),
+        ]
+
+    def _node_args(self) -> list[str]:
+        if not self.for_node:
+            # `kubectl logs` is proxied to the node's kubelet endpoint: the runner's, on its InternalIP. The
+            # runner gives each pod its identity itself (envtest's default: no ServiceAccount admission).
+            return [
+                "--kubelet-preferred-address-types=InternalIP",
+                "--disable-admission-plugins=ServiceAccount",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            ]
+        # The real kubelet: reached by its Hostname address (the node is named `localhost`: the kubelet
+        # refuses a loopback node IP); the `kubernetes` Service is this server's own loopback address.
+        return [
+            "--kubelet-preferred-address-types=Hostname",
+            f"--service-cluster-ip-range={self.service_ip.rsplit('.', 1)[0]}.0/24",
         ]
 
     def _audit_args(self) -> list[str]:

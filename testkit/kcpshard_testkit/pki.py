@@ -119,12 +119,14 @@ class CertificateAuthority:
             builder = builder.add_extension(sans, critical=False)
         return Issued(cert_pem(builder.sign(self._key, hashes.SHA256())), key_pem(key))
 
-    def serving(self, cn: str = "kube-apiserver") -> Issued:
-        """A serving certificate for localhost and 127.0.0.1."""
+    def serving(
+        self, cn: str = "kube-apiserver", *, ips: tuple[str, ...] = (), names: tuple[str, ...] = ()
+    ) -> Issued:
+        """A serving certificate for localhost and 127.0.0.1, and `ips` and `names` (e.g. a service IP)."""
         sans = x509.SubjectAlternativeName(
             [
-                *(x509.DNSName(n) for n in LOOPBACK_NAMES),
-                *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in LOOPBACK_IPS),
+                *(x509.DNSName(n) for n in (*LOOPBACK_NAMES, *names)),
+                *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in (*LOOPBACK_IPS, *ips)),
             ]
         )
         return self._issue(_name(cn), [ExtendedKeyUsageOID.SERVER_AUTH], sans)

@@ -7,6 +7,7 @@ what to run, never a skip: the suite is meant to run on real kcp.
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,3 +38,19 @@ def real_kcp_processes(sandbox: Path) -> list[int]:
     """Pids of real kcp processes started under the sandbox (their argv[0] is a binary of hack/tools/bin)."""
     names = {str(TOOLS_BIN / name).encode() for name in VERSIONS}
     return [pid for pid, args in processes(sandbox).items() if args and args[0] in names]
+
+
+NODE_BIN = Path("/var/lib/kcpshard/bin")
+
+
+def on_the_node(kcp: RealKcp) -> str:
+    """Put the binary where the README tells users to (`/var/lib/kcpshard/bin/kcp-<version>`, which the
+    slots' hostPath shows them); returns that path, for `spec.kcp.binary`."""
+    NODE_BIN.mkdir(parents=True, exist_ok=True)
+    target = NODE_BIN / f"kcp-{kcp.version}"
+    if not target.exists() or target.stat().st_size != Path(kcp.binary).stat().st_size:
+        partial = target.with_suffix(".partial")
+        shutil.copyfile(kcp.binary, partial)
+        partial.chmod(0o755)
+        partial.rename(target)
+    return str(target)

@@ -23,11 +23,20 @@ from typing import Any
 from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
-from kcpshard_testkit.devenv import ApiKind, DevEnvInfo, dev_command, kubectl_binary
+from kcpshard_testkit.devenv import ApiKind, DevEnvInfo, dev_command
 from kcpshard_testkit.faultproxy import FaultProxy
+from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.waiting import wait_for
 
-ENV_TIMEOUT = 180.0  # the real control plane starts in about 10 s alone, longer on a busy machine
+ENV_TIMEOUT = 300.0  # the real control plane starts in about 10 s alone; a node imports its images
+
+
+@dataclass(frozen=True)
+class NodeImages:
+    """What a real node runs: image tars to import, and the operator's (and agents') image among them."""
+
+    tars: tuple[Path, ...]
+    operator: str
 
 
 def kcpshard_command() -> list[str]:
@@ -163,19 +172,25 @@ def stack_api(default: ApiKind = "real") -> ApiKind:
 
 @contextlib.asynccontextmanager
 async def running_stack(
-    directory: Path, *, operator: bool = True, api: ApiKind | None = None
+    directory: Path,
+    *,
+    operator: bool = True,
+    api: ApiKind | None = None,
+    node: NodeImages | None = None,
 ) -> AsyncIterator[Stack]:
     """The development environment and (optionally) the operator as subprocesses; all stopped on exit.
 
     `api` defaults to `stack_api()`: the real control plane (it needs `make tools`), or the emulated API
-    server with `KCPSHARD_API=emulated`."""
+    server with `KCPSHARD_API=emulated`. With `node`, the pods run in containers on a real kubelet
+    (`node.py`) from those images, and the operator (`operator=True`) as deploy/base's Deployment there."""
     directory.mkdir(parents=True, exist_ok=True)
     env_dir = directory / "env"
-    devenv = start_process(
-        "devenv",
-        [*dev_command(), "up", "--dir", str(env_dir), "--api", api or stack_api()],
-        directory / "devenv.log",
-    )
+    argv = [*dev_command(), "up", "--dir", str(env_dir), "--api", api or stack_api()]
+    if node is not None:
+        argv += ["--node", "real", *(f"--image-tar={tar}" for tar in node.tars)]
+        if operator:
+            argv.append(f"--operator-image={node.operator}")
+    devenv = start_process("devenv", argv, directory / "devenv.log")
     client: ApiClient | None = None
     stack: Stack | None = None
     try:
@@ -190,7 +205,7 @@ async def running_stack(
         info = DevEnvInfo.load(env_dir)
         client = ApiClient.from_kubeconfig(info.kubeconfig)
         stack = Stack(directory, info, client, devenv)
-        if operator:
+        if operator and node is None:
             stack.start_operator()
         yield stack
     finally:

@@ -28,7 +28,8 @@ import yaml
 
 from kcpshard.k8s.api import CONFIGMAPS, KCPSHARDS, NAMESPACES, PODS, ApiClient, Gone
 from kcpshard.k8s.kubeconfig import resolve_config
-from kcpshard_testkit.devenv import ApiKind, dev_environment, kubectl_binary
+from kcpshard_testkit.devenv import ApiKind, dev_environment
+from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kcpshard.k8s.api import KCPSHARDS, NotFound
-from kcpshard_testkit.devenv import DevEnvInfo, dev_command, kubectl_binary
+from kcpshard_testkit.devenv import DevEnvInfo, dev_command
+from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.stack import processes_under, running_stack, start_process
 from kcpshard_testkit.waiting import wait_for
 

@@ -18,8 +18,8 @@ import pytest
 
 from kcpshard.k8s.api import PODS, ApiClient, ApiError, ResourceRef
 from kcpshard_testkit.controlplane import ControlPlane
-from kcpshard_testkit.devenv import kubectl_binary
 from kcpshard_testkit.identity import SERVICEACCOUNTS
+from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.runner import WorkloadRunner
 from kcpshard_testkit.runner.kubelet import LEASE_NAMESPACE, NODE_LEASES, NODES
 from kcpshard_testkit.runner.volumes import pod_dir_name

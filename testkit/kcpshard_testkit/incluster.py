@@ -1,0 +1,108 @@
+"""The operator as a cluster runs it: `deploy/base` applied with kustomize, its pods on the real node.
+
+One overlay over `deploy/base`, written per cluster, changes only what this test node needs:
+- the image: the one `make image` built and the node imported (`images:`), and the same image for the
+  agent Jobs (`--image`: the operator does not know its own image);
+- the host network: the test node routes no pod network (see `node.py`), so the operator's pods reach the
+  API server on the node's loopback, as the agents already do. Its liveness port moves to a free one,
+  declared as a hostPort, so the scheduler keeps a second replica from the same node's port: one replica
+  runs per node, the other waits Pending, as on any one-node cluster with host ports.
+Everything else (ServiceAccount, RBAC, non-root user, liveness probe, resources) is deploy/base's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from kcpshard_testkit import tools
+from kcpshard_testkit.kubectl import kubectl
+from kcpshard_testkit.tcp import free_port
+
+DEPLOY_BASE = tools.REPO / "deploy" / "base"
+OPERATOR_NAMESPACE = "kcpshard-system"
+OPERATOR_DEPLOYMENT = "kcpshard-operator"
+
+
+def split_image(reference: str) -> tuple[str, str]:
+    """`name:tag` -> (name, tag); a registry port's colon is not a tag."""
+    name, _, tag = reference.rpartition(":")
+    if not name or "/" in tag:
+        return reference, "latest"
+    return name, tag
+
+
+def operator_overlay(directory: Path, *, image: str, agent_image: str, liveness_port: int) -> Path:
+    """Write the overlay's kustomization.yaml into `directory`; returns the directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name, tag = split_image(image)
+    container = "/spec/template/spec/containers/0"
+    patch = [
+        {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
+        {"op": "add", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirstWithHostNet"},
+        {"op": "add", "path": f"{container}/command/-", "value": f"--image={agent_image}"},
+        {"op": "replace", "path": f"{container}/livenessProbe/httpGet/port", "value": liveness_port},
+        # On the host network the kubelet would probe the node's address; the endpoint is on loopback.
+        {"op": "add", "path": f"{container}/livenessProbe/httpGet/host", "value": "127.0.0.1"},
+        {
+            "op": "add",
+            "path": f"{container}/ports",
+            "value": [{"name": "liveness", "containerPort": liveness_port, "hostPort": liveness_port}],
+        },
+        {"op": "add", "path": f"{container}/imagePullPolicy", "value": "Never"},
+    ]
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(DEPLOY_BASE, directory)],
+        "images": [{"name": "kcpshard", "newName": name, "newTag": tag}],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": OPERATOR_DEPLOYMENT},
+                "patch": json.dumps(patch),
+            },
+            {
+                # deploy/base's liveness address names port 8080; the probe above moved
+                "target": {"kind": "Deployment", "name": OPERATOR_DEPLOYMENT},
+                "patch": json.dumps(_liveness_arg_patch(liveness_port)),
+            },
+        ],
+    }
+    (directory / "kustomization.yaml").write_text(json.dumps(kustomization, indent=2))
+    return directory
+
+
+def _liveness_arg_patch(port: int) -> list[dict[str, object]]:
+    """The `--liveness=` argument of deploy/base's command, found by value rather than by index."""
+    command = _base_command()
+    index = next(i for i, arg in enumerate(command) if arg.startswith("--liveness="))
+    return [
+        {
+            "op": "replace",
+            "path": f"/spec/template/spec/containers/0/command/{index}",
+            "value": f"--liveness=http://127.0.0.1:{port}/healthz",
+        }
+    ]
+
+
+def _base_command() -> list[str]:
+    deployment = yaml.safe_load((DEPLOY_BASE / "operator.yaml").read_text())
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
+
+
+async def install_operator(kubeconfig: Path, directory: Path, *, image: str, agent_image: str) -> None:
+    """`kubectl apply -k` of the overlay; returns once a replica is available (the other may wait Pending)."""
+    overlay = operator_overlay(directory, image=image, agent_image=agent_image, liveness_port=free_port())
+    await kubectl(kubeconfig, "apply", "-k", str(overlay))
+    await kubectl(
+        kubeconfig,
+        "-n",
+        OPERATOR_NAMESPACE,
+        "wait",
+        "--for=jsonpath={.status.availableReplicas}=1",
+        "--timeout=180s",
+        f"deployment/{OPERATOR_DEPLOYMENT}",
+    )

@@ -1,0 +1,105 @@
+"""On a real node: the kubelet runs every pod in a container from the image the Dockerfile builds.
+
+The operator is deploy/base's Deployment (non-root, its ServiceAccount token mounted by the API server,
+in-cluster configuration); the slot Jobs and the front are containers of the images; `kubectl logs` and
+`kubectl exec` go through the kubelet as in any cluster."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
+from kcpshard_testkit import scenario
+from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
+from kcpshard_testkit.stack import Stack, shard_manifest
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
+
+
+def _json(stack: Stack, *args: str) -> Any:
+    return json.loads(stack.kubectl(*args, "-o", "json").stdout)
+
+
+def _running_operator(stack: Stack) -> str:
+    pods = _json(stack, "-n", OPERATOR_NAMESPACE, "get", "pods")["items"]
+    running = [p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"]
+    assert running, [p["status"] for p in pods]
+    return str(running[0])
+
+
+async def test_the_node_is_real(cluster: Stack) -> None:
+    (node,) = _json(cluster, "get", "nodes")["items"]
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.37.2"
+    assert info["containerRuntimeVersion"].startswith("containerd://")
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", ready
+    wide = cluster.kubectl("get", "nodes", "-o", "wide").stdout
+    print(wide)
+    assert "containerd://" in wide
+
+
+async def test_the_operator_runs_as_deploy_base_declares(cluster: Stack) -> None:
+    pod = _running_operator(cluster)
+    spec = _json(cluster, "-n", OPERATOR_NAMESPACE, "get", "pod", pod)["spec"]
+    assert spec["serviceAccountName"] == "kcpshard-operator"
+    assert spec["containers"][0]["securityContext"]["runAsNonRoot"] is True
+    # Inside the container, through the kubelet: the image's user, the token the API server mounted.
+    identity = cluster.kubectl("-n", OPERATOR_NAMESPACE, "exec", pod, "--", "id", "-u").stdout.strip()
+    assert identity == "65532"
+    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    listed = cluster.kubectl("-n", OPERATOR_NAMESPACE, "exec", pod, "--", "ls", token_dir).stdout.split()
+    assert {"token", "ca.crt", "namespace"} <= set(listed)
+    helped = cluster.kubectl("-n", OPERATOR_NAMESPACE, "exec", pod, "--", "kcpshard", "operator", "--help")
+    assert "usage: kcpshard operator" in helped.stdout
+    logs = cluster.kubectl("-n", OPERATOR_NAMESPACE, "logs", pod).stdout
+    assert "Initial authentication has finished" in logs, logs[-2000:]
+    assert "Traceback" not in logs, logs[-4000:]
+
+
+async def _ready(stack: Stack, name: str) -> dict[str, Any]:
+    return await scenario.wait_ready(stack, name, timeout=240)
+
+
+async def test_blue_green_roll_in_containers_loses_no_request(cluster: Stack, images: Any) -> None:
+    port = free_port()
+    manifest = shard_manifest(
+        "green",
+        etcd=cluster.info.etcd_endpoint,
+        front_port=port,
+        node=cluster.info.node,
+        kcp={"version": "v0.32.1", "binary": "kcpshard-fake-kcp", "image": images.test.name},
+    )
+    await cluster.api.create(KCPSHARDS, "default", manifest)
+    first = await _ready(cluster, "green")
+    assert first["status"]["activeSlot"] == "a"
+
+    # The slot's host agent is a container: its log is the container's, read through the kubelet.
+    (job,) = await scenario.slot_jobs(cluster, "green")
+    logs = cluster.kubectl("logs", f"job/{job}").stdout
+    slot = await cluster.api.get(KCPSLOTS, "default", "green-a")
+    assert f"kcp started, pid {slot['status']['pid']}" in logs, logs[-2000:]
+
+    async with scenario.traffic(cluster, port, "green") as load:
+        await cluster.api.patch(KCPSHARDS, "default", "green", {"spec": {"kcp": {"version": "v0.32.2"}}})
+
+        async def rolled() -> dict[str, Any] | None:
+            shard = await cluster.shard("green")
+            status = shard.get("status") or {}
+            last = status.get("lastRoll") or {}
+            return shard if last.get("toSlot") == "b" and not status.get("rollout") else None
+
+        shard = await wait_for("the roll to slot b", rolled, timeout=240)
+        await scenario.more_requests(load)
+    report = load.report
+    print(f"through the front during the roll: {report.ok} answered, {report.failed} failed")
+    assert shard["status"]["lastRoll"]["result"] == "Succeeded", shard["status"]["lastRoll"]
+    assert report.failed == 0, report
+    assert report.ok > 0
+    pods = _json(cluster, "get", "pods", "-l", "kcpshard.dev/shard=green")["items"]
+    assert all(p["spec"]["containers"][0]["image"] for p in pods)
