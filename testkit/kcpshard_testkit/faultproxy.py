@@ -31,7 +31,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from yarl import URL
 
-from kcpshard.k8s.kubeconfig import resolve_config
+from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.apiserver import tls
 
 log = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ class FaultProxy:
         for path in (self.cert_path, self.key_path):
             if not path.is_file():
                 raise FaultProxyError(f"no serving certificate file {path}; pass cert_path and key_path")
-        config = resolve_config(self.upstream_kubeconfig)
+        config = load_credentials(self.upstream_kubeconfig)
         self.upstream = config.server.rstrip("/")
         self.workdir.mkdir(parents=True, exist_ok=True)
         ssl_ctx = config.ssl_context()

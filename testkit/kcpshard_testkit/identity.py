@@ -3,8 +3,9 @@
 A token comes from `POST .../serviceaccounts/<name>/token` (`authentication.k8s.io/v1` TokenRequest), as
 `kubectl create token` and the kubelet get theirs; a pod's token is bound to the pod (`boundObjectRef`
 kind Pod), so the API server refuses it once the pod is gone. The kubeconfig names the token by
-`tokenFile`, which kubectl and `kcpshard.k8s.kubeconfig` re-read on every request, so rewriting the token
-file rotates the credential under a running process. Both files are 0600; the token is never logged.
+`tokenFile`, which kubectl and `kcpshard.k8s.credentials` read again (at most once a minute, and after a
+401), so rewriting the token file rotates the credential under a running process. Both files are 0600;
+the token is never logged.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kcpshard.k8s.api import ApiClient, ResourceRef
-from kcpshard.k8s.kubeconfig import ConnectionConfig
+from kcpshard.k8s.credentials import Credentials
 from kcpshard_testkit.apiserver.tls import write_kubeconfig
 from kcpshard_testkit.pki import write_private
 
@@ -58,12 +59,10 @@ async def request_token(
     return Token(str(status["token"]), int(granted.get("expirationSeconds") or seconds))
 
 
-def ca_pem(config: ConnectionConfig) -> bytes:
-    if config.ca_data is not None:
-        return config.ca_data.encode()
-    if config.ca_file is not None:
-        return config.ca_file.read_bytes()
-    raise ValueError(f"the connection to {config.server} names no CA")
+def ca_pem(credentials: Credentials) -> bytes:
+    if credentials.ca_data is not None:
+        return credentials.ca_data
+    raise ValueError(f"the connection to {credentials.server} names no CA")
 
 
 def write_token(directory: Path, token: Token) -> Path:

@@ -119,6 +119,11 @@ SCHEMA = {
         lambda m: _set(m, "spec.roll", {"readyTimeoutSeconds": 0}),
         ["spec.roll.readyTimeoutSeconds", "greater than or equal to 1"],
     ),
+    # CEL's isIP (Kubernetes' IP library): HAProxy would refuse a name a round later, as FrontFailed
+    "front-address-a-name": (
+        lambda m: _set(m, "spec.front.address", "localhost"),
+        ["spec.front.address", "must be an IP address"],
+    ),
 }
 
 

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from kcpshard.k8s.api import CONFIGMAPS, KCPSHARDS, NAMESPACES, PODS, ApiClient, Gone
-from kcpshard.k8s.kubeconfig import resolve_config
+from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.devenv import ApiKind, dev_environment
 from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.waiting import wait_for
@@ -493,8 +493,8 @@ async def target(kind: ApiKind, directory: Path) -> AsyncIterator[tuple[Target, 
     started = time.monotonic()
     async with dev_environment(directory, api=kind) as info:
         seconds = time.monotonic() - started
-        config = resolve_config(info.kubeconfig)
-        headers = {"Authorization": f"Bearer {config.token}"} if config.token else {}
+        config = load_credentials(info.kubeconfig)
+        headers = {"Authorization": config.authorization} if config.authorization else {}
         home = directory / "home"
         home.mkdir(exist_ok=True)
         async with (

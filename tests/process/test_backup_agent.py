@@ -26,7 +26,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from kcpshard.agent.backup import INTERRUPTED, SNAPSHOT_NAME
+from kcpshard.agent.backup import INTERRUPTED
+from kcpshard.agent.snapshot_files import SNAPSHOT_NAME
 from kcpshard.api.models import BackupReport, KcpShardSpec
 from kcpshard.k8s import backup_job as bj
 from kcpshard.k8s.api import JOBS, KCPSHARDS, NAMESPACES, SECRETS, ApiClient, Conflict

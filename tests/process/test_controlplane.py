@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
 from kcpshard.k8s.api import ApiClient, ApiError
-from kcpshard.k8s.kubeconfig import resolve_config
+from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.controlplane import ControlPlane
 from kcpshard_testkit.identity import SERVICEACCOUNTS
 from kcpshard_testkit.tools import ToolMissing
@@ -49,8 +50,9 @@ async def test_starts_serves_as_admin_and_stops_everything(tmp_path: Path) -> No
 
 async def test_anonymous_is_refused(tmp_path: Path) -> None:
     async with ControlPlane(tmp_path / "cp") as plane:
-        config = resolve_config(plane.admin_kubeconfig)
-        config.cert_data = config.key_data = None  # the CA only: no user
+        admin = load_credentials(plane.admin_kubeconfig)
+        # the CA only: no user
+        config = dataclasses.replace(admin, cert_data=None, key_data=None, reload=None)
         async with ApiClient(config) as anonymous:
             with pytest.raises(ApiError) as refused:
                 await anonymous.request("GET", "/api/v1/namespaces/default/secrets")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from kcpshard.agent import front as front_module
+from kcpshard.agent import front_pair
 from kcpshard.agent.front import FrontAgent
 from kcpshard.agent.haproxy import runtime_socket_path
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
@@ -515,13 +515,13 @@ async def test_agent_retries_a_taken_port_with_backoff_and_logs_it_once(
 ) -> None:
     caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
     attempts: list[int] = []
-    real_check = front_module.check_bindable
+    real_check = front_pair.check_bindable
 
     def counting_check(address: str, port: int) -> None:
         attempts.append(port)
         real_check(address, port)
 
-    monkeypatch.setattr(front_module, "check_bindable", counting_check)
+    monkeypatch.setattr(front_pair, "check_bindable", counting_check)
     taken = socket.socket()
     try:
         taken.bind(("127.0.0.1", 0))

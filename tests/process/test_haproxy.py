@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.agent.haproxy import HAProxy, HAProxyBindError, HAProxyError, check_bindable, render_config
+from kcpshard.agent.haproxy import HAProxy, check_bindable
+from kcpshard.agent.haproxy_config import HAProxyBindError, HAProxyError, render_config
 from kcpshard_testkit.tcp import Client, Echo, eventually, free_port
 
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin") or ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from kcpshard.k8s.api import (
     Invalid,
     NotFound,
 )
+from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.apiserver import EmulatedApiServer
 
 NS = "default"
@@ -81,8 +83,8 @@ async def test_crud_and_errors(api: ApiClient) -> None:
 
 
 async def test_unauthorized_error_has_no_token(server: EmulatedApiServer, tmp_path: Path) -> None:
-    client = ApiClient.from_kubeconfig(server.kubeconfig_path)
-    client.config.token = "wrong-token-value"
+    good = load_credentials(server.kubeconfig_path)
+    client = ApiClient(dataclasses.replace(good, token="wrong-token-value", reload=None))
     try:
         with pytest.raises(ApiError) as err:
             await client.get(CONFIGMAPS, NS, "x")

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kcpshard.agent import seed
-from kcpshard.agent.storecheck import StoreTLS, connect_problem, store_endpoint, store_tls
+from kcpshard.agent.store_refs import StoreTLS, store_endpoint, store_tls
+from kcpshard.agent.storecheck import connect_problem
 from kcpshard.kcp.flags import etcd_tls_paths
 from kcpshard_testkit.pki import CertificateAuthority
 from kcpshard_testkit.tcp import free_port

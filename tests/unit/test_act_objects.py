@@ -10,7 +10,6 @@ from kcpshard.controller.act import backup, objects
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, SECRETS, ApiError
 from kcpshard.roll.actions import StartBackup
-from kcpshard.roll.outcomes import Failed
 
 
 async def test_shared_secret_is_created_once() -> None:
@@ -48,18 +47,9 @@ async def test_front_update_racing_another_writer_fails_and_the_next_round_retri
 
 async def test_backup_job_is_created_once_under_the_planned_name() -> None:
     api = RecordingApi()
-    action = StartBackup("root-backup-r1", SPEC, REV)
+    assert SPEC.store.etcd is not None
+    action = StartBackup("root-backup-r1", SPEC, REV, etcd=SPEC.store.etcd)
     assert await backup.start_backup(act_context(api), action, observed(api)) is None
     assert await backup.start_backup(act_context(api), action, observed(api)) is None
     assert api.writes() == [("create", "jobs", "root-backup-r1"), ("create", "jobs", "root-backup-r1")]
     assert api.names(JOBS) == ["root-backup-r1"]
-
-
-async def test_backup_that_cannot_be_built_is_a_failure_and_nothing_is_written() -> None:
-    api = RecordingApi()
-    kine = SPEC.model_copy(update={"store": SPEC.store.model_copy(update={"etcd": None})})
-    outcome = await backup.start_backup(
-        act_context(api), StartBackup("root-backup-r1", kine, REV), observed(api)
-    )
-    assert outcome == Failed("BackupFailed", "backup needs an etcd store")
-    assert api.writes() == []

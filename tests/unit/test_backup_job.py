@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from kcpshard.agent import backup as agent
+from kcpshard.agent import errors, etcdctl, snapshot_files
 from kcpshard.api.models import BackupReport, KcpShardSpec
 from kcpshard.k8s import backup_job as bj
 from kcpshard.k8s import builders
@@ -175,17 +176,17 @@ def test_etcdctl_error_prefers_the_error_line_and_adds_the_dial_error() -> None:
             "Failed to get the status of endpoint http://127.0.0.1:1 (context deadline exceeded)",
         ]
     )
-    message = agent.etcdctl_error(stderr, 1)
+    message = etcdctl.etcdctl_error(stderr, 1)
     assert message.startswith("context deadline exceeded: ")
     assert message.endswith("dial tcp 127.0.0.1:1: connect: connection refused")
-    assert agent.etcdctl_error("Error: snapshot must be requested to one selected node\n", 1) == (
+    assert etcdctl.etcdctl_error("Error: snapshot must be requested to one selected node\n", 1) == (
         "snapshot must be requested to one selected node"
     )
-    assert agent.etcdctl_error("", 2) == "exit code 2"
+    assert etcdctl.etcdctl_error("", 2) == "exit code 2"
 
 
 def test_usage_errors_are_clear() -> None:
-    with pytest.raises(agent.UsageError, match="--keep"):
+    with pytest.raises(errors.UsageError, match="--keep"):
         agent.parse_args(
             ["--namespace", "n", "--job-name", "j", "--endpoint", "e", "--dir", "d", "--keep", "0"]
         )
@@ -197,9 +198,9 @@ def test_prune_keeps_the_newest_and_the_current_snapshot(tmp_path: Path) -> None
         (tmp_path / name).write_bytes(b"x")
     (tmp_path / "20240101T000000Z-killed.db.part").write_bytes(b"x")
     (tmp_path / "notes.txt").write_text("not a snapshot")
-    current = agent.snapshot_path(tmp_path, "new", datetime(2025, 1, 1, tzinfo=UTC))
+    current = snapshot_files.snapshot_path(tmp_path, "new", datetime(2025, 1, 1, tzinfo=UTC))
     current.write_bytes(b"x")
-    gone = agent.prune(tmp_path, 3, current)
+    gone = snapshot_files.prune(tmp_path, 3, current)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == sorted([current.name, names[4], names[3], "notes.txt"])
     assert len(gone) == 4
@@ -207,7 +208,7 @@ def test_prune_keeps_the_newest_and_the_current_snapshot(tmp_path: Path) -> None
 
 def test_tls_files_are_private_and_flags_point_at_them(tmp_path: Path) -> None:
     data = {k: base64.b64encode(f"pem of {k}".encode()).decode() for k in ("ca.crt", "tls.crt", "tls.key")}
-    flags = agent.write_tls_files(tmp_path, data, "kcp/etcd-client")
+    flags = snapshot_files.write_tls_files(tmp_path, data, "kcp/etcd-client")
     assert flags == [f"--cacert={tmp_path}/ca.crt", f"--cert={tmp_path}/tls.crt", f"--key={tmp_path}/tls.key"]
     for key in ("ca.crt", "tls.crt", "tls.key"):
         assert stat.S_IMODE(os.stat(tmp_path / key).st_mode) == 0o600
@@ -216,7 +217,7 @@ def test_tls_files_are_private_and_flags_point_at_them(tmp_path: Path) -> None:
 
 def test_tls_secret_with_a_cert_but_no_key_is_refused_without_echoing_it(tmp_path: Path) -> None:
     secret_pem = base64.b64encode(b"-----BEGIN CERTIFICATE----- very private").decode()
-    with pytest.raises(agent.BackupFailed) as err:
-        agent.write_tls_files(tmp_path, {"tls.crt": secret_pem}, "kcp/etcd-client")
+    with pytest.raises(snapshot_files.BackupFailed) as err:
+        snapshot_files.write_tls_files(tmp_path, {"tls.crt": secret_pem}, "kcp/etcd-client")
     assert "tls.crt but no tls.key" in str(err.value)
     assert "private" not in str(err.value) and secret_pem not in str(err.value)

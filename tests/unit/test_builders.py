@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from kcpshard.agent import front
-from kcpshard.agent.storecheck import StoreTLS
+from kcpshard.agent.store_refs import StoreTLS
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
 from kcpshard.k8s import backup_job, builders
 

@@ -7,7 +7,7 @@ import yaml
 from pydantic import ValidationError
 
 from kcpshard.api import crds
-from kcpshard.api.models import KcpShardSpec
+from kcpshard.api.models import FRONT_ADDRESS_RULE, KcpShardSpec, is_ip, spec_rule_problems
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -98,3 +98,31 @@ def test_no_category_is_also_a_resource_name() -> None:
         categories |= set(given["categories"])
     assert categories == {"kcp"}
     assert categories & names == set()
+
+
+def test_the_front_address_must_be_an_ip_at_apply() -> None:
+    spec = crds.kcpshard_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    address = spec["properties"]["front"]["properties"]["address"]
+    assert address["x-kubernetes-validations"] == [FRONT_ADDRESS_RULE]
+    assert FRONT_ADDRESS_RULE["rule"] == "isIP(self)"  # Kubernetes' CEL IP library, since 1.30
+
+
+@pytest.mark.parametrize(
+    ("address", "ip"),
+    [
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("10.0.0.5", True),
+        ("localhost", False),
+        ("kcp.example.com", False),
+        ("127.0.0.256", False),
+        ("fe80::1%eth0", False),  # CEL refuses a zone
+        ("::ffff:10.0.0.5", False),  # and an IPv4-mapped address
+    ],
+)
+def test_the_operator_checks_the_address_as_cel_does(address: str, ip: bool) -> None:
+    # A server that skips CEL: the operator's own check stalls the shard with InvalidSpec instead.
+    assert is_ip(address) is ip
+    doc = yaml.safe_load((REPO / "examples" / "kcpshard.yaml").read_text())
+    spec = KcpShardSpec.model_validate({**doc["spec"], "front": {**doc["spec"]["front"], "address": address}})
+    assert any("front.address" in p for p in spec_rule_problems(spec)) is not ip

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.agent.haproxy import HAProxyError, bind_failure, describe_returncode, render_config
+from kcpshard.agent.haproxy_config import HAProxyError, bind_failure, describe_returncode, render_config
 
 SOCK = Path("/run/kcpshard/front/haproxy.sock")
 
@@ -61,7 +61,8 @@ def test_socket_path_too_long_for_a_unix_socket_is_refused() -> None:
 
 
 def test_runtime_socket_moves_to_a_short_private_folder_when_the_state_dir_is_deep(tmp_path: Path) -> None:
-    from kcpshard.agent.haproxy import MAX_SOCKET_PATH, runtime_socket_path
+    from kcpshard.agent.haproxy import runtime_socket_path
+    from kcpshard.agent.haproxy_config import MAX_SOCKET_PATH
 
     shallow = runtime_socket_path(tmp_path)
     assert shallow == tmp_path / "haproxy.sock"

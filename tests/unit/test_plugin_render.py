@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from kcpshard.plugin import cli, commands, live, render
-from kcpshard.plugin.render import Mark, Phase
+from kcpshard.plugin import checklist, cli, clock, commands, live, objects, render, tables
+from kcpshard.plugin.checklist import Mark
+from kcpshard.roll.phase import Phase
+from kcpshard.roll.route import route
 
 T0 = "2026-03-01T10:00:00.000000Z"
 NOW = datetime.datetime(2026, 3, 1, 10, 0, 9, tzinfo=datetime.UTC)
@@ -118,27 +120,32 @@ def test_a_shard_being_deleted_is_terminating() -> None:
 # ----- steps ----------------------------------------------------------------------------------------
 
 
+def step_order(roll: dict[str, Any]) -> list[str]:
+    """The steps of a roll as the plugin reads them: the roll's own rule, on the parsed record."""
+    return [s.value for s in route(objects.rollout(roll))]
+
+
 def test_step_order_per_shape() -> None:
-    assert " ".join(s.value for s in render.step_order(rollout("Starting"))) == (
+    assert " ".join(step_order(rollout("Starting"))) == (
         "Starting WaitingReady Flipping StoppingOld HandingOverLease Probing Draining Retiring"
     )
-    assert [s.value for s in render.step_order(rollout("StoppingOld", shape="Single"))][:4] == [
+    assert step_order(rollout("StoppingOld", shape="Single"))[:4] == [
         "StoppingOld", "Starting", "WaitingReady", "Flipping",
     ]  # fmt: skip
-    first = {**rollout("Starting"), "fromSlot": None}
-    assert "StoppingOld" not in render.step_order(first)
-    assert (
-        render.step_order({**rollout("BackingUp"), "targetSpec": {"roll": {"backup": True}}})[0].value
-        == "BackingUp"
-    )
+    first = step_order({**rollout("Starting"), "fromSlot": None})
+    assert "StoppingOld" not in first and "Draining" not in first  # nothing to stop or drain
+    assert step_order({**rollout("BackingUp"), "targetSpec": {"roll": {"backup": True}}})[0] == "BackingUp"
+    # a recovery starts the serving revision again: no backup, whatever its spec says
+    recovery = {**rollout("Starting"), "recovery": True, "targetSpec": {"roll": {"backup": True}}}
+    assert step_order(recovery)[0] == "Starting"
     # restoring the old revision (Single): the old slot stopped first, and not once more after the flip
     restoring = {**rollout("Flipping", shape="Single"), "restoring": True}
-    assert [s.value for s in render.step_order(restoring)].count("StoppingOld") == 1
+    assert step_order(restoring).count("StoppingOld") == 1
 
 
 def test_running_roll_marks_done_running_and_pending_steps_with_times() -> None:
     roll = rollout("Flipping", slotCreated="2026-03-01T10:00:00.250000Z", ready="2026-03-01T10:00:03.250000Z")
-    items = render.step_items(roll, running=True, now=NOW)
+    items = checklist.step_items(roll, running=True, now=NOW)
     assert [(i.mark, i.name) for i in items[:4]] == [
         (Mark.DONE, "Starting"),
         (Mark.DONE, "WaitingReady"),
@@ -149,14 +156,14 @@ def test_running_roll_marks_done_running_and_pending_steps_with_times() -> None:
     assert (items[1].time, items[1].duration) == ("10:00:03", "3.00s")
     assert items[2].duration == "5.75s" and items[2].note == "now"  # running since stepStartedAt
     # without a clock the view changes only when the objects do
-    assert render.step_items(roll, running=True)[2].duration == ""
+    assert checklist.step_items(roll, running=True)[2].duration == ""
 
 
 def test_failed_report_marks_the_step_it_ended_in() -> None:
     aborted = report(
         "Aborted", timestamps={"started": T0, "slotCreated": T0, "aborted": "2026-03-01T10:00:06.000000Z"}
     )
-    items = render.step_items(aborted, running=False)
+    items = checklist.step_items(aborted, running=False)
     assert [(i.mark, i.name) for i in items[:3]] == [
         (Mark.DONE, "Starting"),
         (Mark.FAILED, "WaitingReady"),
@@ -177,7 +184,7 @@ def test_slot_conditions_with_time_and_whole_second_durations() -> None:
             ]
         },
     }
-    items = render.slot_items(slot, now=NOW)
+    items = checklist.slot_items(slot, now=NOW)
     assert [(i.mark, i.name, i.time, i.duration) for i in items[:3]] == [
         (Mark.DONE, "Seeded", "10:00:01", "1s"),
         (Mark.DONE, "Listening", "10:00:03", "2s"),
@@ -185,25 +192,25 @@ def test_slot_conditions_with_time_and_whole_second_durations() -> None:
     ]
     assert [i.mark for i in items[3:]] == [Mark.PENDING] * 3
     slot["status"]["conditions"][2] = cond("Ready", "False", "ProcessExited", "kcp exited: exit code 2")
-    failed = render.slot_items(slot)[2]
+    failed = checklist.slot_items(slot)[2]
     assert failed.mark is Mark.FAILED and failed.note == "kcp exited: exit code 2"
 
 
 def test_durations_and_ages_read_as_people_read_them() -> None:
-    assert [render.seconds(v) for v in (0.214, 3.4, 12.34, 72, 7380)] == [
+    assert [clock.seconds(v) for v in (0.214, 3.4, 12.34, 72, 7380)] == [
         "0.21s",
         "3.40s",
         "12.3s",
         "1m12s",
         "2h3m",
     ]
-    assert render.between("2026-03-01T10:00:00.5Z", "2026-03-01T10:00:01.75Z") == "1.25s"
-    assert render.between("2026-03-01T10:00:00.9Z", "2026-03-01T10:00:01Z") == "1s"  # coarse: whole seconds
-    assert render.between("2026-03-01T10:00:02Z", "2026-03-01T10:00:01Z") == ""
+    assert clock.between("2026-03-01T10:00:00.5Z", "2026-03-01T10:00:01.75Z") == "1.25s"
+    assert clock.between("2026-03-01T10:00:00.9Z", "2026-03-01T10:00:01Z") == "1s"  # coarse: whole seconds
+    assert clock.between("2026-03-01T10:00:02Z", "2026-03-01T10:00:01Z") == ""
     start = datetime.datetime(2026, 3, 1, tzinfo=datetime.UTC)
 
     def aged(**delta: float) -> str:
-        return render.age("2026-03-01T00:00:00Z", start + datetime.timedelta(**delta))
+        return clock.age("2026-03-01T00:00:00Z", start + datetime.timedelta(**delta))
 
     assert [aged(seconds=5), aged(seconds=119), aged(minutes=5, seconds=3), aged(minutes=42)] == [
         "5s",
@@ -217,7 +224,7 @@ def test_durations_and_ages_read_as_people_read_them() -> None:
         "3d4h",
         "40d",
     ]
-    assert render.age(None, start) == "<unknown>"
+    assert clock.age(None, start) == "<unknown>"
 
 
 # ----- status ---------------------------------------------------------------------------------------
@@ -248,7 +255,7 @@ def test_status_view_of_a_roll_under_way() -> None:
         },
         {"metadata": {"name": "root-b"}, "spec": {"slot": "b", "revision": "r2"}, "status": {}},
     ]
-    lines = render.status_lines(obj, slots, glyphs=render.ASCII)
+    lines = render.status_lines(obj, slots, glyphs=checklist.ASCII)
     text = "\n".join(lines)
     assert lines[:3] == [
         "Name:            root",
@@ -296,7 +303,7 @@ def test_status_view_of_a_healthy_shard_lists_the_last_roll_steps() -> None:
         durations={"total": 7.0},
     )
     lines = render.status_lines(
-        shard(conditions=READY, activeSlot="b", lastRoll=succeeded), glyphs=render.UNICODE
+        shard(conditions=READY, activeSlot="b", lastRoll=succeeded), glyphs=checklist.UNICODE
     )
     assert "Status:          ✔ Healthy" in lines
     assert "Last roll:       ✔ Succeeded  slot a → b  revision r1 → r2  total 7.00s" in lines
@@ -353,7 +360,7 @@ def test_history_reads_status_history_newest_first_or_the_last_roll() -> None:
         timestamps={"started": T0},
         durations={"total": 4.0, "startToReady": 3.0},
     )
-    lines = render.history_lines(shard(history=[newest, older], lastRoll=newest), render.ASCII)
+    lines = tables.history_lines(shard(history=[newest, older], lastRoll=newest), checklist.ASCII)
     assert lines[0].split() == [
         "#",
         "RESULT",
@@ -387,9 +394,9 @@ def test_history_reads_status_history_newest_first_or_the_last_roll() -> None:
         "4.00s",
         "3.00s",
     ]
-    only_last = render.history_lines(shard(lastRoll=older))
+    only_last = tables.history_lines(shard(lastRoll=older))
     assert len(only_last) == 2 and only_last[1].split()[1] == "Succeeded"
-    assert render.history_reports(shard()) == []
+    assert tables.history_reports(shard()) == []
 
 
 def test_list_table_as_kubectl_lays_it_out() -> None:
@@ -398,7 +405,7 @@ def test_list_table_as_kubectl_lays_it_out() -> None:
     )
     b = shard(conditions=ROLLING, rollout=rollout("Probing"))
     b["metadata"] = {**b["metadata"], "name": "beta", "namespace": "team"}
-    lines = render.list_lines([b, a], NOW, all_namespaces=True)
+    lines = tables.list_lines([b, a], NOW, all_namespaces=True)
     assert lines[0].split() == [
         "NAMESPACE",
         "NAME",
@@ -413,7 +420,7 @@ def test_list_table_as_kubectl_lays_it_out() -> None:
     assert lines[2].split() == ["team", "beta", "Progressing", "<none>", "<none>", "<none>", "Probing", "9s"]
     # columns start where their header does
     assert lines[1].index("Healthy") == lines[0].index("STATUS")
-    assert render.list_lines([a], NOW)[0].split()[0] == "NAME"
+    assert tables.list_lines([a], NOW)[0].split()[0] == "NAME"
 
 
 # ----- the command line -----------------------------------------------------------------------------
@@ -471,5 +478,5 @@ def test_terminal_output_redraws_in_place_with_colour() -> None:
 def test_glyphs_follow_the_output_encoding() -> None:
     utf8 = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
     latin = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")
-    assert live.glyphs_for(utf8) is render.UNICODE
-    assert live.glyphs_for(latin) is render.ASCII
+    assert live.glyphs_for(utf8) is checklist.UNICODE
+    assert live.glyphs_for(latin) is checklist.ASCII

@@ -10,7 +10,7 @@ import pytest
 from fakes import LOG, REV, SPEC, RecordedEvents, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api import conditions as cond
 from kcpshard.controller.config import OperatorConfig
-from kcpshard.controller.reconciler import ShardReconciler, retry_backoff
+from kcpshard.controller.reconciler import ROUND_BACKOFF, ShardReconciler
 from kcpshard.controller.wakeups import Wakeups
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, SECRETS, ApiError, Invalid
@@ -259,4 +259,4 @@ async def test_a_passing_error_is_not_a_refusal_but_retried_by_the_loop(status: 
 
 
 def test_retry_backoff_doubles_up_to_its_cap() -> None:
-    assert [retry_backoff(n) for n in (1, 2, 3, 4, 5, 6, 7, 20)] == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert [ROUND_BACKOFF.delay(n) for n in (1, 2, 3, 4, 5, 6, 7, 20)] == [1, 2, 4, 8, 16, 30, 30, 30]

@@ -18,6 +18,7 @@ from kcpshard.api.models import (
     FrontStatus,
     KcpShardSpec,
     KcpShardStatus,
+    KineStore,
     RolloutStatus,
     RollReport,
     Shape,
@@ -164,7 +165,8 @@ def test_new_shard_waits_for_the_front_to_report(front: FrontStatus | None) -> N
 
 def test_new_shard_starts_its_first_slot_in_a_once_the_front_reports() -> None:
     action = plan.next_action(observe(KcpShardStatus(front=FRONT_UP), retry_token="7"))
-    assert isinstance(action, plan.StartRoll) and not action.recovery
+    assert isinstance(action, plan.StartRoll) and not action.rollout.recovery
+    assert (action.event.reason, action.event.warning) == ("RollStarted", False)
     ro = action.rollout
     assert (ro.from_slot, ro.to_slot, ro.from_revision) == (None, "a", None)
     assert ro.target_revision == REV and ro.step == Step.STARTING.value
@@ -215,7 +217,8 @@ def test_changed_revision_rolls_to_the_other_slot() -> None:
     # no front report needed once a slot serves
     status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
     action = next_of(status, slot(A, "old"))
-    assert isinstance(action, plan.StartRoll) and not action.recovery
+    assert isinstance(action, plan.StartRoll) and not action.rollout.recovery
+    assert (action.event.reason, action.event.warning) == ("RollStarted", False)
     ro = action.rollout
     assert (ro.from_slot, ro.to_slot) == ("a", "b")
     assert (ro.from_revision, ro.target_revision) == ("old", REV)
@@ -364,7 +367,8 @@ def test_a_succeeded_last_roll_never_blocks() -> None:
 def test_dead_serving_slot_is_started_again_on_the_other_slot(dead: plan.SlotView | None) -> None:
     status = KcpShardStatus(active_slot="a", active_revision="old", active_spec=OLD_SPEC_JSON)
     action = plan.next_action(observe(status, {A: dead} if dead else {}))
-    assert isinstance(action, plan.StartRoll) and action.recovery
+    assert isinstance(action, plan.StartRoll) and action.rollout.recovery
+    assert (action.event.reason, action.event.warning) == ("SlotLost", True)
     ro = action.rollout
     assert (ro.from_slot, ro.to_slot) == ("a", "b")
     assert ro.target_revision == "old" and ro.target_spec == OLD_SPEC_JSON
@@ -379,7 +383,8 @@ def test_recovery_comes_before_every_stall() -> None:
     bad = with_roll(SINGLE, backup=True).model_copy(update={"extra_args": ["--secure-port=6443"]})
     assert plan.invalid(observe(status, spec=bad))
     action = plan.next_action(observe(status, spec=bad))
-    assert isinstance(action, plan.StartRoll) and action.recovery
+    assert isinstance(action, plan.StartRoll) and action.rollout.recovery
+    assert (action.event.reason, action.event.warning) == ("SlotLost", True)
     assert action.rollout.shape is Shape.BLUE_GREEN and action.rollout.step == Step.STARTING.value
     assert action.rollout.to_slot == "b"
 
@@ -410,7 +415,25 @@ def test_a_roll_under_way_is_finished_before_a_new_revision() -> None:
 def test_backing_up_starts_the_backup_job() -> None:
     ro = rollout(Step.BACKING_UP)
     action = next_of(during(ro), slot(A, "old"))
-    assert action == plan.StartBackup(f"{NAME}-backup-{ROLL_ID}", SPEC, REV)
+    assert action == plan.StartBackup(f"{NAME}-backup-{ROLL_ID}", SPEC, REV, etcd=SPEC.store.etcd)
+
+
+def kine_with_backup() -> KcpShardSpec:
+    kine = {"endpointSecretRef": {"name": "dsn"}}
+    store = SPEC.store.model_copy(update={"etcd": None, "kine": KineStore.model_validate(kine)})
+    return SPEC.model_copy(update={"store": store, "roll": SPEC.roll.model_copy(update={"backup": True})})
+
+
+def test_a_backup_of_kine_is_refused_before_anything_runs() -> None:
+    # no Job can snapshot kine: the spec is invalid, so no roll starts
+    action = next_of(KcpShardStatus(front=FRONT_UP), spec=kine_with_backup())
+    assert isinstance(action, plan.Stall) and action.reason == "InvalidSpec"
+    assert "roll.backup snapshots an etcd store" in action.message
+    # a roll recorded with such a spec (by an older operator) ends before it asks for a Job
+    target = kine_with_backup().model_dump(mode="json", by_alias=True, exclude_none=True)
+    ro = rollout(Step.BACKING_UP, target_spec=target)
+    action = next_of(during(ro), slot(A, "old"))
+    assert isinstance(action, plan.Abort) and action.reason == "InvalidSpec"
 
 
 @pytest.mark.parametrize("ro", [rollout(Step.BACKING_UP), single(Step.BACKING_UP)], ids=["bg", "single"])
@@ -596,7 +619,8 @@ def test_failure_before_the_flip_aborts(new_slot: plan.SlotView | None, reason: 
 
 def test_slot_lost_before_it_was_ready() -> None:
     action = next_of(during(rollout(Step.WAITING_READY)), slot(A, "old"))
-    assert action == plan.Abort("SlotLost", "slot b disappeared before it was ready")
+    assert isinstance(action, plan.Abort) and action.put_back is None and action.remove is None
+    assert (action.reason, action.message) == ("SlotLost", "slot b disappeared before it was ready")
     assert isinstance(next_of(during(single(Step.WAITING_READY))), plan.Restore)
 
 
@@ -922,17 +946,29 @@ def test_drain_is_skipped_without_another_slot(ro: RolloutStatus) -> None:
 def test_retiring_deletes_the_old_slot_then_finishes() -> None:
     status = during(rollout(Step.RETIRING), active_slot="b")
     assert next_of(status, slot(A, "old"), slot(B)) == plan.DeleteSlot(A, why="retired after the roll")
-    assert next_of(status, slot(B)) == plan.Finish(f"slot b serves revision {REV}")
+    finish = next_of(status, slot(B))
+    assert isinstance(finish, plan.Finish) and finish.message == f"slot b serves revision {REV}"
+    assert (finish.report.result, finish.event, finish.verdict.stalls) == (
+        "Succeeded",
+        "RollSucceeded",
+        False,
+    )
+    assert finish.verdict.ready == ("True", "Serving", finish.message) and finish.to_slot == slot(B)
 
 
 def test_single_retiring_keeps_its_only_slot() -> None:
     action = next_of(during(single(Step.RETIRING)), slot(A))
-    assert action == plan.Finish(f"slot a serves revision {REV}")
+    assert isinstance(action, plan.Finish) and action.message == f"slot a serves revision {REV}"
 
 
 def test_restored_roll_finishes_on_the_old_revision() -> None:
-    action = next_of(during(single(Step.RETIRING, restoring=True)), slot(A, "old"))
-    assert action == plan.Finish("slot a serves the old revision old again")
+    restoring = single(Step.RETIRING, restoring=True, failure_reason="SlotExited", failure_message="it died")
+    action = next_of(during(restoring), slot(A, "old"))
+    assert isinstance(action, plan.Finish) and action.message == "slot a serves the old revision old again"
+    # the roll failed, though the old revision serves again: Stalled for the first failure, a Warning
+    assert (action.report.result, action.report.message) == ("RolledBack", f"it died; {action.message}")
+    assert (action.event, action.warning, action.verdict.stalls) == ("RolledBack", True, True)
+    assert action.verdict.stalled[1] == "SlotExited" and action.verdict.reconciling[1] == "RolledBack"
 
 
 def test_a_failed_recovery_stalls_instead_of_looping() -> None:
@@ -949,7 +985,7 @@ def test_a_failed_recovery_stalls_instead_of_looping() -> None:
     assert action.message.startswith("slot a is lost; ") and "slot b was not ready" in action.message
     # the retry annotation tries once more
     again = plan.next_action(observe(status, {}, retry_token="1"))
-    assert isinstance(again, plan.StartRoll) and again.recovery and again.rollout.recovery
+    assert isinstance(again, plan.StartRoll) and again.event.reason == "SlotLost" and again.rollout.recovery
 
 
 def test_a_front_that_cannot_serve_stalls_a_serving_shard() -> None:

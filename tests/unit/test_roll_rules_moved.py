@@ -19,6 +19,7 @@ from kcpshard.roll.actions import (
     Advance,
     CreateFront,
     CreateSharedSecret,
+    Event,
     Fail,
     FirstSight,
     Probe,
@@ -108,8 +109,8 @@ def test_an_invalid_spec_gets_no_new_front() -> None:
 
 
 def test_a_failure_without_a_roll_stalls() -> None:
-    obs = seen(outcome=Failed("NoRootMaterial", "no admin.kubeconfig"))
-    assert plan.next_action(obs) == Stall("NoRootMaterial", "no admin.kubeconfig")
+    outcome = Failed("NoRootMaterial", "no admin.kubeconfig")
+    assert plan.next_action(seen(), outcome) == Stall("NoRootMaterial", "no admin.kubeconfig")
 
 
 @pytest.mark.parametrize(
@@ -124,14 +125,19 @@ def test_a_failure_without_a_roll_stalls() -> None:
 )
 def test_a_failure_after_the_flip_fails_the_roll(ro: RolloutStatus) -> None:
     # blue/green's StoppingOld is after the flip too: the handlers' rule used to miss it
-    obs = seen(ro, slot(A, "old"), slot(B, port=1), outcome=Failed("X", "broke"))
-    assert plan.next_action(obs) == Fail("X", "broke")
+    action = plan.next_action(seen(ro, slot(A, "old"), slot(B, port=1)), Failed("X", "broke"))
+    assert isinstance(action, Fail) and (action.reason, action.message) == ("X", "broke")
+    # the front stays on the new slot: the stall says what serves, and the roll's report is Failed
+    assert action.end.report.result == "Failed" and action.end.event == Event(
+        "X", action.end.verdict.stalled[2], True
+    )
+    assert action.end.verdict.reconciling == ("False", "RollFailed", "")
 
 
 def test_a_failure_while_backing_up_aborts_even_in_single_shape() -> None:
     # nothing was touched yet: the old slot keeps serving (restoring it would stop it)
     ro = rollout(Step.BACKING_UP, shape=Shape.SINGLE, to_slot="a")
-    action = plan.next_action(seen(ro, slot(A, "old"), outcome=Failed("BackupFailed", "needs etcd")))
+    action = plan.next_action(seen(ro, slot(A, "old")), Failed("BackupFailed", "needs etcd"))
     assert isinstance(action, Abort) and action.reason == "BackupFailed"
 
 
@@ -141,7 +147,9 @@ def test_an_abort_after_the_flip_was_asked_puts_the_previous_record_back_and_rem
     )
     obs = seen(None, slot(A, "old", port=1111), slot(B, port=4321), status=status)
     action = plan.failure_action(obs, "FlipTimeout", "no confirmation")
-    assert action == Abort("FlipTimeout", "no confirmation", put_back=Record("a", "old", 1111), remove=B)
+    assert isinstance(action, Abort) and (action.reason, action.message) == ("FlipTimeout", "no confirmation")
+    assert (action.put_back, action.remove) == (Record("a", "old", 1111), B)
+    assert action.end.report.result == "Aborted" and action.end.verdict.reconciling[1] == "RollAborted"
     first = KcpShardStatus(
         conditions=SEEN, rollout=rollout(Step.FLIPPING, from_slot=None, from_revision=None), active_slot="b"
     )
@@ -154,7 +162,11 @@ def test_a_single_roll_failing_before_the_flip_reads_the_lease_then_restores() -
     unread = seen(ro, kcp_lease=None)
     assert plan.failure_action(unread, "SlotExited", "m") == ReadKcpLease(URL)
     read = seen(ro, kcp_lease=LeaseReading(found=True, holder="failed-kcp"))
-    assert plan.failure_action(read, "SlotExited", "m") == Restore("SlotExited", "m", holder="failed-kcp")
+    restore = plan.failure_action(read, "SlotExited", "m")
+    assert isinstance(restore, Restore) and (restore.reason, restore.holder) == ("SlotExited", "failed-kcp")
+    # the old revision starts again where the old slot stopped, and a person is told so
+    assert restore.step is Step.STARTING
+    assert restore.event == Event("SlotExited", "m; starting the old revision old again", warning=True)
 
 
 # ----- the lease handover ------------------------------------------------------------------------
@@ -181,7 +193,7 @@ def test_a_lease_that_cannot_be_read_is_read_again_until_the_deadline() -> None:
 
 def test_a_new_holder_seen_by_the_handler_advances_to_the_probe() -> None:
     ro = rollout(Step.HANDING_OVER_LEASE, from_holder="old-kcp")
-    action = plan.next_action(seen(ro, slot(B, port=1), outcome=HolderSeen("new-kcp")))
+    action = plan.next_action(seen(ro, slot(B, port=1)), HolderSeen("new-kcp"))
     mark = SlotMark(
         "b", "LeaseHandedOver", "True", "NewHolder", "controller lease held by new-kcp", "new-kcp"
     )
@@ -190,7 +202,7 @@ def test_a_new_holder_seen_by_the_handler_advances_to_the_probe() -> None:
 
 def test_no_new_holder_in_time_fails_the_roll_naming_the_new_slots_job() -> None:
     ro = rollout(Step.HANDING_OVER_LEASE, from_holder="old-kcp")
-    action = plan.next_action(seen(ro, slot(B, port=1), outcome=NoNewHolder(4.0, "holder old-kcp")))
+    action = plan.next_action(seen(ro, slot(B, port=1)), NoNewHolder(4.0, "holder old-kcp"))
     assert isinstance(action, Fail) and action.reason == "LeaseTimeout"
     assert action.message == (
         "no new holder of kcp's controller lease within 4s (holder old-kcp); kcp's controllers are not "
@@ -204,7 +216,7 @@ def test_no_new_holder_in_time_fails_the_roll_naming_the_new_slots_job() -> None
 @pytest.mark.parametrize(("from_slot", "step"), [("a", Step.DRAINING), (None, Step.RETIRING)])
 def test_a_ready_probe_marks_the_slot_and_moves_on(from_slot: str | None, step: Step) -> None:
     ro = rollout(Step.PROBING, from_slot=from_slot)
-    action = plan.next_action(seen(ro, slot(B, port=1), outcome=ProbeReady("ws-1", 0.5)))
+    action = plan.next_action(seen(ro, slot(B, port=1)), ProbeReady("ws-1", 0.5))
     message = "workspace ws-1 became Ready in 0.50s and was deleted"
     assert action == Advance(
         step, message, marks=(SlotMark("b", "Probed", "True", "WorkspaceReady", message),)
@@ -213,7 +225,7 @@ def test_a_ready_probe_marks_the_slot_and_moves_on(from_slot: str | None, step: 
 
 def test_a_probe_not_ready_fails_the_roll() -> None:
     action = plan.next_action(
-        seen(rollout(Step.PROBING), slot(B, port=1), outcome=ProbeNotReady(4.0, "Initializing"))
+        seen(rollout(Step.PROBING), slot(B, port=1)), ProbeNotReady(4.0, "Initializing")
     )
     assert isinstance(action, Fail) and action.reason == "ProbeFailed"
     assert "did not become Ready within 4s (Initializing)" in action.message

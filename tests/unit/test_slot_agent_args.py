@@ -1,4 +1,4 @@
-"""The host agent's command line (kcpshard.agent.slot.parse_args): the options of issue 4."""
+"""The host agent's command line (kcpshard.agent.slot_options.parse_args): the options of issue 4."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from kcpshard.agent.slot import Options, SecretKey, UsageError, parse_args
-from kcpshard.agent.storecheck import StoreEndpoint, store_endpoint
+from kcpshard.agent.errors import UsageError
+from kcpshard.agent.slot_options import Options, SecretKey, parse_args
+from kcpshard.agent.store_refs import StoreEndpoint, store_endpoint
 
 BASE = ["--namespace", "kcp", "--slot", "alpha-a", "--secret", "alpha-shared", "--root-dir", "/var/x/a"]
 KCP = ["--", "kcp", "start", "--root-directory=/var/x/a"]

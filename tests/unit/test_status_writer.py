@@ -14,18 +14,18 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.models import KcpShardStatus, RolloutStatus, SlotName
 from kcpshard.controller.status_writer import StatusWriter
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiError, Conflict
+from kcpshard.roll import ending
 from kcpshard.roll.actions import (
     Abort,
     Advance,
-    Fail,
-    Finish,
+    Event,
     Flip,
     Record,
     ReportFrontRestarts,
-    Restore,
     SlotMark,
     StartRoll,
     Step,
+    Verdict,
 )
 from kcpshard.roll.observed import Observed
 
@@ -160,8 +160,9 @@ async def test_start_roll_records_the_rollout_once_and_says_so() -> None:
     w, events = writer(api)
     obs = observed(api)
     ro = rollout(Step.STARTING)
-    await w.start_roll(obs, StartRoll(ro))
-    await w.start_roll(obs, StartRoll(ro.model_copy(update={"id": "another"})))  # a second start: no-op
+    started = Event("RollStarted", "rolling from slot a")
+    await w.start_roll(obs, StartRoll(ro, started))
+    await w.start_roll(obs, StartRoll(ro.model_copy(update={"id": "another"}), started))  # a no-op
     assert status(api)["rollout"]["step"] == "Starting" and "id" not in status(api)["rollout"]
     assert condition(api, "Reconciling") == ("True", "Progressing")
     assert events.reasons == ["RollStarted", "RollStarted"]
@@ -223,11 +224,24 @@ async def test_finish_writes_the_report_and_clears_the_roll() -> None:
     api = RecordingApi()
     w, events = writer(api)
     obs = during(api, rollout(Step.RETIRING, timestamps={"started": STAMP}))
-    await w.finish(obs, Finish("slot b serves revision new"))
+    assert obs.status.rollout is not None
+    await w.finish(obs, ending.finish(obs, obs.status.rollout, "slot b serves revision new"))
     last = status(api)["lastRoll"]
     assert "rollout" not in status(api) and last["result"] == "Succeeded" and "total" in last["durations"]
     assert condition(api, "Ready") == ("True", "Serving")
     assert events.reasons == ["RollSucceeded"]
+
+
+async def test_the_writer_writes_the_conditions_and_event_the_plan_chose() -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = during(api, rollout(Step.RETIRING, timestamps={"started": STAMP}))
+    assert obs.status.rollout is not None
+    planned = ending.finish(obs, obs.status.rollout, "slot b serves revision new")
+    odd = Verdict(("False", "Odd", "m"), ("False", "Odd", ""), ("True", "Odd", "m"))
+    await w.finish(obs, dataclasses.replace(planned, verdict=odd, event="Odd", warning=True))
+    assert condition(api, "Stalled") == ("True", "Odd") and condition(api, "Ready") == ("False", "Odd")
+    assert [(reason, warning) for reason, _, warning in events.posted] == [("Odd", True)]
 
 
 async def test_abort_puts_the_previous_record_back() -> None:
@@ -235,7 +249,11 @@ async def test_abort_puts_the_previous_record_back() -> None:
     w, events = writer(api)
     obs = during(api, rollout(Step.FLIPPING), front={"desiredBackend": "b", "desiredPort": 4321})
     api.touch(KCPSHARDS, "root", lambda o: o["status"].update(activeSlot="b", activeRevision="new"))
-    await w.abort(obs, Abort("FlipTimeout", "the front did not confirm", put_back=Record("a", "old", 1111)))
+    assert obs.status.rollout is not None
+    end = ending.aborted(obs, obs.status.rollout, "FlipTimeout", "the front did not confirm")
+    await w.abort(
+        obs, Abort("FlipTimeout", "the front did not confirm", put_back=Record("a", "old", 1111), end=end)
+    )
     assert (status(api)["activeSlot"], status(api)["activeRevision"]) == ("a", "old")
     front = status(api)["front"]
     assert (front["desiredBackend"], front["desiredPort"]) == ("a", 1111)
@@ -249,7 +267,7 @@ async def test_fail_ends_the_roll_without_flipping_back() -> None:
     api = RecordingApi()
     w, _ = writer(api)
     obs = during(api, rollout(Step.PROBING))
-    await w.fail(obs, Fail("ProbeFailed", "the probe workspace did not become Ready"))
+    await w.fail(obs, ending.fail(obs, "ProbeFailed", "the probe workspace did not become Ready"))
     assert status(api)["activeSlot"] == "a" and status(api)["lastRoll"]["result"] == "Failed"
     assert status(api)["failedRoll"]["reason"] == "ProbeFailed"
 
@@ -257,8 +275,9 @@ async def test_fail_ends_the_roll_without_flipping_back() -> None:
 async def test_restore_starts_the_old_revision_again_with_the_failed_holder_recorded() -> None:
     api = RecordingApi()
     w, events = writer(api)
-    obs = during(api, rollout(Step.WAITING_READY, shape="Single", from_slot="b"))
-    await w.restore(obs, Restore("SlotExited", "slot b exited", holder="failed-kcp"))
+    ro = rollout(Step.WAITING_READY, shape="Single", from_slot="b")
+    obs = during(api, ro)
+    await w.restore(obs, ending.restore(ro, "SlotExited", "slot b exited", "failed-kcp"))
     ro = status(api)["rollout"]
     assert (ro["restoring"], ro["step"], ro["fromHolder"]) == (True, "Starting", "failed-kcp")
     assert events.reasons == ["SlotExited"]

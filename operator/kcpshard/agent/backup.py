@@ -1,15 +1,11 @@
 """`kcpshard agent backup`: snapshot the shard's etcd before a roll (the process of the backup Job).
 
-It runs etcd's own client, `etcdctl snapshot save` (`etcdctl/ctlv3/command/snapshot_command.go`), against
-one endpoint that answers, keeps the newest `--keep` snapshots in `--dir`, and reports on its own Job's
-annotations (read by `kcpshard.k8s.backup_job.backup_result`).
+It runs etcd's own client, `etcdctl snapshot save` (etcdctl.py), against one endpoint that answers, keeps
+the newest `--keep` snapshots in `--dir` (snapshot_files.py), and reports on its own Job's annotations
+(read by `kcpshard.k8s.backup_job.backup_result`).
 
     kcpshard agent backup --namespace NS --job-name NAME --endpoint URL [--endpoint URL...]
                           [--tls-secret NAME] --dir DIR [--keep N] [--timeout S] [--kubeconfig PATH]
-
-etcdctl 3.4's `snapshot save` ignores --command-timeout and waits forever on an endpoint that does not
-answer (etcd-io/etcd#10298), so each endpoint is first asked for `endpoint status` (which honours the
-timeouts), and the save itself is killed at the agent's own deadline.
 """
 
 from __future__ import annotations
@@ -17,25 +13,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import os
-import re
 import shutil
 import signal
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 
+from kcpshard import retry
 from kcpshard.agent import cli
-from kcpshard.agent.child import die_with_parent
-from kcpshard.agent.seed import SeedError, decode_secret_data
-from kcpshard.agent.storecheck import store_tls
+from kcpshard.agent.errors import UsageError
+from kcpshard.agent.etcdctl import Etcdctl
+from kcpshard.agent.snapshot_files import (
+    BackupFailed,
+    prepare_dir,
+    prune,
+    remove_partial,
+    snapshot_path,
+    write_tls_files,
+)
 from kcpshard.k8s.api import JOBS, SECRETS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.backup_job import (
     ANNOTATION_BYTES,
@@ -44,24 +45,16 @@ from kcpshard.k8s.backup_job import (
     ANNOTATION_SECONDS,
     BACKUP_KEEP,
 )
-from kcpshard.k8s.kubeconfig import KubeconfigError
 
 log = logging.getLogger("kcpshard.agent.backup")
 
 PROG = "kcpshard agent backup"
-TLS_KEYS = {"ca.crt": "--cacert", "tls.crt": "--cert", "tls.key": "--key"}
-# Snapshot files: `<UTC timestamp>-<job>.db`; only these are ever pruned.
-SNAPSHOT_NAME = re.compile(r"^(?P<stamp>\d{8}T\d{6}Z)-.+\.db(?P<part>\.part)?$")
+
+
 PATCH_RETRY_SECONDS = 30.0
+
+
 INTERRUPTED = "backup interrupted by a stop signal (the Job's deadline or its deletion); no snapshot kept"
-
-
-class UsageError(Exception):
-    pass
-
-
-class BackupFailed(Exception):
-    """A failure with a one-line message a person can act on."""
 
 
 @dataclass
@@ -117,211 +110,6 @@ def parse_args(argv: Sequence[str]) -> Options:
         kubeconfig=args.kubeconfig,
         etcdctl=args.etcdctl,
     )
-
-
-# -- etcdctl --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Run:
-    returncode: int | None  # None: killed at the deadline
-    stdout: str
-    stderr: str
-
-
-async def run_command(command: Sequence[str], timeout: float) -> Run:
-    """Run a short child in its own process group; SIGKILL the group at `timeout` or on cancellation."""
-    parent = os.getpid()
-    # Our own etcdctl flags win: an ETCDCTL_ENDPOINTS in the environment would make etcdctl refuse them.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ETCDCTL_")}
-    env["ETCDCTL_API"] = "3"
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            process_group=0,
-            preexec_fn=lambda: die_with_parent(parent),
-        )
-    except OSError as exc:
-        raise BackupFailed(f"cannot run {command[0]}: {exc.strerror or exc}") from None
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), max(timeout, 0.1))
-    except TimeoutError:
-        _kill_group(proc.pid)
-        await proc.wait()
-        return Run(None, "", "")
-    except BaseException:
-        _kill_group(proc.pid)
-        with contextlib.suppress(Exception):
-            await asyncio.shield(proc.wait())
-        raise
-    _kill_group(proc.pid)  # nothing etcdctl started may stay behind
-    return Run(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
-
-
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _innermost_desc(error: str) -> str:
-    """`rpc error: code = X desc = ...: desc = "transport: ..."` -> the last, most specific part."""
-    tail = error.rsplit("desc = ", 1)[-1].strip()
-    return tail.strip('"').replace('\\"', '"')
-
-
-def etcdctl_error(stderr: str, returncode: int | None = None) -> str:
-    """The line of etcdctl's output a person can act on.
-
-    etcdctl prints `Error: <why>` last; `endpoint status` prints `Failed to get the status of endpoint E
-    (<why>)` instead; its zap log lines (JSON) carry the dial error, which says more than a deadline.
-    """
-    primary = ""
-    detail = ""
-    for raw in stderr.splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("{"):
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and entry.get("error"):
-                detail = _innermost_desc(str(entry["error"]))
-            continue
-        if line.startswith("Error:"):
-            primary = line.removeprefix("Error:").strip()
-        elif match := re.match(r"^Failed to get the status of endpoint \S+ \((.*)\)$", line):
-            primary = match.group(1)
-        elif not primary:
-            primary = line
-    if not primary:
-        primary = detail or (f"exit code {returncode}" if returncode is not None else "no output")
-    elif detail and detail not in primary:
-        primary = f"{primary}: {detail}"
-    return " ".join(primary.split())[:400]
-
-
-class Etcdctl:
-    """etcdctl invocations with the TLS flags and timeouts of this backup."""
-
-    def __init__(self, binary: str, tls_flags: Sequence[str], connect_timeout: float):
-        self.binary = binary
-        self.tls_flags = list(tls_flags)
-        self.connect_timeout = connect_timeout
-
-    def _base(self, endpoint: str) -> list[str]:
-        seconds = max(1, round(self.connect_timeout))
-        return [
-            self.binary,
-            f"--endpoints={endpoint}",
-            f"--dial-timeout={seconds}s",
-            f"--command-timeout={seconds}s",
-            *self.tls_flags,
-        ]
-
-    async def check(self, endpoint: str) -> str | None:
-        """None when the endpoint answers `endpoint status`, else why not."""
-        run = await run_command([*self._base(endpoint), "endpoint", "status"], self.connect_timeout + 5)
-        if run.returncode == 0:
-            return None
-        if run.returncode is None:
-            return f"no answer within {self.connect_timeout + 5:.0f}s"
-        return etcdctl_error(run.stderr, run.returncode)
-
-    async def save(self, endpoint: str, path: Path, timeout: float) -> str | None:
-        """None once the snapshot is at `path`, else why not."""
-        run = await run_command([*self._base(endpoint), "snapshot", "save", str(path)], timeout)
-        if run.returncode == 0:
-            return None
-        if run.returncode is None:
-            return f"no snapshot after {timeout:.0f}s"
-        return etcdctl_error(run.stderr, run.returncode)
-
-    async def status(self, path: Path, timeout: float) -> tuple[int | None, str | None]:
-        """(keys in the snapshot, None) when etcdctl can read it, else (None, why not)."""
-        run = await run_command([self.binary, "snapshot", "status", "-w", "json", str(path)], timeout)
-        if run.returncode != 0:
-            why = "timed out" if run.returncode is None else etcdctl_error(run.stderr, run.returncode)
-            return None, why
-        try:
-            keys = json.loads(run.stdout).get("totalKey")
-            return (int(keys) if keys is not None else None), None
-        except (ValueError, AttributeError, TypeError):
-            return None, None
-
-
-# -- files ----------------------------------------------------------------------------------------------
-
-
-def snapshot_path(directory: Path, job_name: str, when: datetime | None = None) -> Path:
-    stamp = (when or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-    return directory / f"{stamp}-{job_name}.db"
-
-
-def prepare_dir(directory: Path) -> None:
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        directory.chmod(0o700)
-    except OSError as exc:
-        raise BackupFailed(f"cannot prepare backup dir {directory}: {exc.strerror or exc}") from None
-
-
-def prune(directory: Path, keep: int, current: Path) -> list[Path]:
-    """Delete all but the newest `keep` snapshots (`current` always stays) and leftover partial files."""
-    snapshots: list[tuple[str, int, Path]] = []
-    leftovers: list[Path] = []
-    for entry in directory.iterdir():
-        match = SNAPSHOT_NAME.match(entry.name)
-        if match is None or entry == current or not entry.is_file():
-            continue
-        if match.group("part"):
-            leftovers.append(entry)  # a save killed before it finished (one backup runs at a time)
-        else:
-            snapshots.append((match.group("stamp"), entry.stat().st_mtime_ns, entry))
-    snapshots.sort(reverse=True)
-    doomed = [entry for _, _, entry in snapshots[keep - 1 :]] + leftovers
-    for entry in doomed:
-        entry.unlink(missing_ok=True)
-    return doomed
-
-
-def _remove_partial(path: Path) -> None:
-    for leftover in (path, path.with_name(path.name + ".part")):
-        with contextlib.suppress(OSError):
-            leftover.unlink(missing_ok=True)
-
-
-def write_tls_files(directory: Path, data: dict[str, str], secret: str) -> list[str]:
-    """Decode the Secret's TLS keys into 0600 files; returns etcdctl's flags. Never echoes the contents."""
-    try:
-        decoded = decode_secret_data({k: v for k, v in data.items() if k in TLS_KEYS})
-    except SeedError as exc:
-        raise BackupFailed(f"TLS Secret {secret}: {exc}") from None
-    try:
-        # The same reading of the Secret as the slot agent's store check (ca.crt, tls.crt with tls.key).
-        tls = store_tls(secret, decoded)
-    except ValueError as exc:
-        raise BackupFailed(f"TLS {exc}") from None
-    contents = {"ca.crt": tls.ca, "tls.crt": tls.cert, "tls.key": tls.key}
-    flags: list[str] = []
-    for key, flag in TLS_KEYS.items():
-        content = contents[key]
-        if content is None:
-            continue
-        path = directory / key
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-        except OSError as exc:
-            raise BackupFailed(f"cannot write {key} of TLS Secret {secret}: {exc.strerror or exc}") from None
-        flags.append(f"{flag}={path}")
-    return flags
 
 
 # -- the program ----------------------------------------------------------------------------------------
@@ -403,7 +191,7 @@ class BackupAgent:
             raise BackupFailed(f"cannot finish the snapshot {path}: {exc.strerror or exc}") from None
         finally:
             if not kept:
-                _remove_partial(path)
+                remove_partial(path)
         try:
             for gone in prune(self.opts.directory, self.opts.keep, path):
                 log.info("pruned old snapshot %s", gone.name)
@@ -414,19 +202,16 @@ class BackupAgent:
     async def annotate(self, annotations: dict[str, str | None], budget: float = PATCH_RETRY_SECONDS) -> None:
         """Merge-patch this Job's annotations; retried while the API server is unreachable or busy."""
         body = {"metadata": {"annotations": annotations}}
-        deadline = time.monotonic() + budget
-        while True:
-            try:
-                await self.api.patch(JOBS, self.opts.namespace, self.opts.job_name, body)
-                return
-            except (ApiError, httpx.HTTPError) as exc:
-                retry = isinstance(exc, httpx.TransportError) or (
-                    isinstance(exc, ApiError) and (exc.status >= 500 or exc.status == 429)
-                )
-                if not retry or time.monotonic() >= deadline:
-                    raise
-                log.warning("could not annotate Job %s, retrying: %s", self.opts.job_name, exc)
-                await asyncio.sleep(1.0)
+
+        async def once() -> None:
+            await self.api.patch(JOBS, self.opts.namespace, self.opts.job_name, body)
+
+        def warn(exc: BaseException, _: float) -> None:
+            log.warning("could not annotate Job %s, retrying: %s", self.opts.job_name, exc)
+
+        await retry.retrying(
+            once, passing=retry.not_now, backoff=retry.Backoff.every(1.0), budget=budget, on_retry=warn
+        )
 
     async def report_failure(self, message: str, budget: float = PATCH_RETRY_SECONDS) -> int:
         try:
@@ -473,25 +258,13 @@ def fail(message: str) -> int:
     return cli.fail(PROG, message)
 
 
-async def _amain(opts: Options) -> int:
-    try:
-        api = ApiClient.from_kubeconfig(opts.kubeconfig)
-    except KubeconfigError as exc:
-        return fail(str(exc))
+async def _work(opts: Options, api: ApiClient) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    try:
-        return await BackupAgent(opts, api).main(stop)
-    finally:
-        await api.aclose()
+    return await BackupAgent(opts, api).main(stop)
 
 
-def run(argv: list[str]) -> int:
-    cli.setup_logging("backup-agent")
-    try:
-        opts = parse_args(argv)
-    except UsageError as exc:
-        return fail(str(exc))
-    return asyncio.run(_amain(opts))
+def run(argv: Sequence[str]) -> int:
+    return cli.main("backup", argv, parse_args, _work)

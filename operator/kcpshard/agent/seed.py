@@ -10,7 +10,7 @@ A slot root also gets, before kcp starts, the kubeconfigs of a non-root shard (`
 `--root-shard-kubeconfig-file`), copied from Secrets; and gives back, once kcp is ready, the kcp-admin
 kubeconfig of this kcp process (`admin_secret`).
 
-Pure file and dict work; the program in `slot.py` does the API calls. Never log file contents.
+Pure file and dict work; the slot agent (`slot_material.py`) does the API calls. Never log file contents.
 """
 
 from __future__ import annotations

@@ -117,12 +117,9 @@ class Dispatcher:
         if action.publish_admin:
             await self._publish_admin_kubeconfig(obs)
 
-    async def _start_backup(self, action: a.StartBackup, obs: Observed) -> Outcome | None:
-        failed = await backup.start_backup(self.ctx, action, obs)
-        if failed is not None:
-            return failed
+    async def _start_backup(self, action: a.StartBackup, obs: Observed) -> None:
+        await backup.start_backup(self.ctx, action, obs)
         self.writer.event(obs, "BackingUp", f"saving the store before the roll (Job {action.job})")
-        return None
 
     async def _create_slot(self, action: a.CreateSlot, obs: Observed) -> None:
         job = await slots.create_slot(self.ctx, action, obs)

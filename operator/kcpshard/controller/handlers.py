@@ -15,13 +15,13 @@ import kopf
 
 from kcpshard.api.models import GROUP, VERSION
 from kcpshard.controller.config import OperatorConfig
+from kcpshard.controller.login import operator_api
 from kcpshard.controller.reconciler import ShardReconciler
 from kcpshard.controller.settings import configure
 from kcpshard.controller.shard_index import IndexKey, ShardIndex, index_entries
 from kcpshard.controller.teardown import tear_down
 from kcpshard.controller.wakeups import Wakeups
 from kcpshard.k8s import builders
-from kcpshard.k8s.api import ApiClient
 from kcpshard.roll.observed import Neighbour
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -31,7 +31,7 @@ WAKEUPS = Wakeups()
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
-    memo.api = ApiClient.from_kubeconfig()
+    memo.api = await operator_api(memo)  # the credentials kopf logs in with (controller/login.py)
     memo.config = getattr(memo, "config", None) or OperatorConfig()
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
 
 import httpx
 
+from kcpshard import retry
 from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.dispatch import Dispatcher
@@ -28,19 +28,17 @@ from kcpshard.kcp.errors import KcpError
 from kcpshard.roll import plan
 from kcpshard.roll.actions import RESYNC_SECONDS, ReadKcpLease
 from kcpshard.roll.observed import Observed
+from kcpshard.roll.outcomes import Outcome
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 # A round carries out one action and the few that follow from what its handler saw (a lease watch,
 # then freeing the lease, then the next step): never more than this many.
 MAX_ACTIONS_PER_ROUND = 6
-RETRY_FIRST_SECONDS = 1.0
-RETRY_MAX_SECONDS = 30.0
-
-
-def retry_backoff(failures: int) -> float:
-    """1, 2, 4 .. 30 s after 1, 2, 3 .. rounds failed in a row on errors that may pass."""
-    return min(RETRY_FIRST_SECONDS * 2 ** max(failures - 1, 0), RETRY_MAX_SECONDS)
+# After rounds failed in a row on errors that may pass: 1, 2, 4 .. 30 s. Those errors: 409, 429, 5xx (a
+# refusal of an action stalls the shard instead: see dispatch), kcp or the front briefly unreachable.
+ROUND_BACKOFF = retry.Backoff(1.0, 30.0)
+ROUND_PASSES = retry.kinds(ApiError, KcpError, httpx.HTTPError, OSError)
 
 
 class ShardReconciler:
@@ -88,11 +86,12 @@ class ShardReconciler:
                         return
                     self.logger.warning(f"{exc}; looking again")
                     timeout = 1.0
-                except (ApiError, KcpError, httpx.HTTPError, OSError) as exc:
-                    # Errors that may pass: 409, 429, 5xx (a refusal of an action stalls the shard instead:
-                    # see dispatch), kcp or the front briefly unreachable. Every step is idempotent.
+                except Exception as exc:
+                    if not ROUND_PASSES(exc):
+                        raise
+                    # Every step is idempotent: the round is simply done again.
                     failures += 1
-                    timeout = retry_backoff(failures)
+                    timeout = ROUND_BACKOFF.delay(failures)
                     self.logger.warning(f"{type(exc).__name__}: {exc}; retrying in {timeout:g}s")
                 if timeout is not None:
                     await self._sleep(stopped, timeout)
@@ -106,8 +105,9 @@ class ShardReconciler:
         """One round; returns how long to wait, or None to go on at once."""
         obs = await self.observer.observe()
         self.dispatcher.writer.known(obs.shard)
+        outcome: Outcome | None = None  # what the last handler saw: the plan decides what follows
         for _ in range(MAX_ACTIONS_PER_ROUND):
-            action = plan.next_action(obs)
+            action = plan.next_action(obs, outcome)
             self.logger.debug(f"next action: {action}")
             if isinstance(action, ReadKcpLease):
                 assert isinstance(obs, Observed)  # a shard read alone asks for nothing more
@@ -116,8 +116,6 @@ class ShardReconciler:
             outcome = await self.dispatcher.carry_out(action, obs)
             if outcome is None:
                 return plan.pause(action, obs)
-            assert isinstance(obs, Observed)
-            obs = replace(obs, outcome=outcome)
         self.logger.warning(f"more than {MAX_ACTIONS_PER_ROUND} actions in one round; observing again")
         return RESYNC_SECONDS
 

@@ -7,18 +7,17 @@ write (the change is already there: a round redone after a restart writes nothin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import RolloutStatus, RollReport
-from kcpshard.k8s.status import StatusFn
-from kcpshard.roll.actions import Advance, Flip, Record, Restore, Step
+from kcpshard.roll.actions import Advance, Flip, Record, Restore, Step, Triple, Verdict
 from kcpshard.roll.report import LEAVE_STAMP, REASSERT_CONDITION
 
-# (status, reason, message) of one kstatus condition.
-Triple = tuple[cond.Status, str, str]
+if TYPE_CHECKING:  # the type only: these changes write nothing themselves
+    from kcpshard.k8s.status import StatusFn
 
 
 def dump(model: BaseModel) -> dict[str, Any]:
@@ -203,11 +202,7 @@ def request_drain(slot: str) -> StatusFn:
     return change
 
 
-def finish(
-    rollout: RolloutStatus, report: RollReport, generation: int, ready: Triple, stalled: Triple
-) -> StatusFn:
-    reconciling: Triple = ("False", "RolledBack" if rollout.restoring else "RollSucceeded", "")
-
+def finish(rollout: RolloutStatus, report: RollReport, generation: int, verdict: Verdict) -> StatusFn:
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         if not status.get("rollout"):
             return None
@@ -227,7 +222,7 @@ def finish(
         status["observedGeneration"] = rollout.target_generation or generation
         if status.get("front"):
             status["front"].pop("drain", None)
-        return with_conditions(status, generation, ready=ready, reconciling=reconciling, stalled=stalled)
+        return _with_verdict(status, generation, verdict)
 
     return change
 
@@ -236,9 +231,7 @@ def end_roll(
     rollout: RolloutStatus,
     report: RollReport,
     generation: int,
-    reason: str,
-    message: str,
-    reconciling: str,
+    verdict: Verdict,
     put_back: Record | None = None,
     *,
     reassert: str | None = None,
@@ -258,9 +251,15 @@ def end_roll(
         status.pop("rollout", None)
         status["lastRoll"] = status["failedRoll"] = dump(report)
         status["observedGeneration"] = rollout.target_generation or generation
-        return stalled_conditions(status, generation, reason, message, reconciling=reconciling)
+        return _with_verdict(status, generation, verdict)
 
     return change
+
+
+def _with_verdict(status: dict[str, Any], generation: int, verdict: Verdict) -> dict[str, Any]:
+    return with_conditions(
+        status, generation, ready=verdict.ready, reconciling=verdict.reconciling, stalled=verdict.stalled
+    )
 
 
 def _put_back(status: dict[str, Any], record: Record) -> None:
@@ -279,7 +278,7 @@ def _put_back(status: dict[str, Any], record: Record) -> None:
             where[key] = value
 
 
-def restore(action: Restore, generation: int, at: str, message: str) -> StatusFn:
+def restore(action: Restore, generation: int, at: str) -> StatusFn:
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
         current = status.get("rollout")
         if not current or current.get("restoring"):
@@ -288,13 +287,13 @@ def restore(action: Restore, generation: int, at: str, message: str) -> StatusFn
             restoring=True,
             failureReason=action.reason,
             failureMessage=action.message,
-            step=Step.STARTING.value,
+            step=action.step.value,
             stepStartedAt=at,
         )
         if action.holder:
             current["fromHolder"] = action.holder
         current.setdefault("timestamps", {})["restoreStarted"] = at
-        return progressing(status, generation, message)
+        return progressing(status, generation, action.event.message)
 
     return change
 

@@ -24,22 +24,19 @@ from kcpshard.k8s.status import StatusFn, mutate_status
 from kcpshard.roll.actions import (
     Abort,
     Advance,
+    Event,
     Fail,
     Finish,
     Flip,
+    Record,
     ReportFrontRestarts,
     Restore,
+    RollEnd,
     SlotMark,
     StartRoll,
 )
 from kcpshard.roll.observed import Observed, Seen
-from kcpshard.roll.report import (
-    REASSERT_CONDITION,
-    finished_report,
-    reassert_needed,
-    roll_report,
-    stall_message,
-)
+from kcpshard.roll.report import REASSERT_CONDITION, ended, finished_text, measured
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 # Posts one Event about the object: (body, reason, message, warning). kopf's by default.
@@ -93,6 +90,9 @@ class StatusWriter:
         self.events(seen.shard, reason, message, warning)
         self.logger.info(f"{reason}: {message}")
 
+    def tell(self, seen: Seen, event: Event) -> None:
+        self.event(seen, event.reason, event.message, warning=event.warning)
+
     async def mark_slot(self, mark: SlotMark) -> None:
         name = names.slot_object_name(self.name, SlotName(mark.slot))
         change = changes.slot_condition(mark.type, mark.status, mark.reason, mark.message, mark.holder)
@@ -141,10 +141,9 @@ class StatusWriter:
     # ----- a roll ----------------------------------------------------------------------------------
 
     async def start_roll(self, obs: Observed, action: StartRoll) -> None:
-        await self._mutate(changes.start_roll(action.rollout, obs.generation, action.message))
+        await self._mutate(changes.start_roll(action.rollout, obs.generation, action.event.message))
         metrics.roll_started(self.namespace, self.name)
-        reason = "SlotLost" if action.recovery else "RollStarted"
-        self.event(obs, reason, action.message, warning=action.recovery)
+        self.tell(obs, action.event)
 
     async def advance(self, obs: Observed, action: Advance) -> None:
         # The slots' conditions first: an operator stopped between the writes redoes them all.
@@ -163,69 +162,39 @@ class StatusWriter:
         self.event(obs, "Drain", f"asked the front to close what is left on slot {slot.value}")
 
     async def finish(self, obs: Observed, action: Finish) -> None:
+        """The report as the plan made it, stamped now and measured; the conditions and Event it chose."""
         rollout = _rollout(obs)
-        to_slot = obs.slots.get(SlotName(rollout.to_slot))
-        report = finished_report(rollout, to_slot, action.message, cond.now_precise())
-        if rollout.restoring:
-            reason = rollout.failure_reason or "RollFailed"
-            shown = stall_message(report, rollout.to_slot, rollout.from_revision, self.name)
-            ready: changes.Triple = ("False", reason, shown)
-            stalled: changes.Triple = ("True", reason, shown)
-        else:
-            ready, stalled = ("True", "Serving", action.message), ("False", "Healthy", "")
-        await self._mutate(changes.finish(rollout, report, obs.generation, ready, stalled))
+        report = measured(action.report, action.to_slot, cond.now_precise())
+        await self._mutate(changes.finish(rollout, report, obs.generation, action.verdict))
         metrics.roll_finished(self.namespace, self.name, report.result, report.durations)
-        metrics.stalled(self.namespace, self.name, rollout.restoring)
-        total, outage = report.durations.get("total"), report.durations.get("outage")
-        text = f"{report.message} in {total}s" if total is not None else report.message
-        if outage is not None:
-            text += f" (planned outage {outage}s)"
-        reason = "RolledBack" if rollout.restoring else "RollSucceeded"
-        self.event(obs, reason, text, warning=rollout.restoring)
+        metrics.stalled(self.namespace, self.name, action.verdict.stalls)
+        self.event(obs, action.event, finished_text(report), warning=action.warning)
 
     async def abort(self, obs: Observed, action: Abort) -> None:
-        rollout = _rollout(obs)
-        serving = (rollout.from_slot, rollout.from_revision)
-        await self._end_roll(obs, "Aborted", action.reason, action.message, "RollAborted", serving, action)
+        await self._end_roll(obs, action.end, action.put_back)
 
     async def fail(self, obs: Observed, action: Fail) -> None:
         """After the flip (or a failed restore): end the roll, say why, and never flip back."""
-        serving = (obs.status.active_slot, obs.status.active_revision)
-        await self._end_roll(obs, "Failed", action.reason, action.message, "RollFailed", serving)
+        await self._end_roll(obs, action.end)
 
     async def restore(self, obs: Observed, action: Restore) -> None:
         """Single shape: the old slot is already stopped; its revision starts again in the same place."""
-        rollout = _rollout(obs)
-        message = f"{action.message}; starting the old revision {rollout.from_revision} again"
-        await self._mutate(changes.restore(action, obs.generation, cond.now_precise(), message))
-        self.event(obs, action.reason, message, warning=True)
+        await self._mutate(changes.restore(action, obs.generation, cond.now_precise()))
+        self.tell(obs, action.event)
 
-    async def _end_roll(
-        self,
-        obs: Observed,
-        result: str,
-        reason: str,
-        why: str,
-        reconciling: str,
-        serving: tuple[str | None, str | None],
-        abort: Abort | None = None,
-    ) -> None:
-        """A roll that did not succeed: its report, Stalled with what serves and what to do, an Event."""
+    async def _end_roll(self, obs: Observed, end: RollEnd, put_back: Record | None = None) -> None:
+        """A roll that did not succeed: its report stamped now, the conditions and Events the plan chose."""
         rollout = _rollout(obs)
-        stamps = {**rollout.timestamps, result.lower(): cond.now_precise()}
-        report = roll_report(rollout, result, why, reason=reason, timestamps=stamps)
-        message = stall_message(report, *serving, self.name)
-        put_back = abort.put_back if abort is not None else None
-        reassert = reassert_needed(rollout, result, self.name)
-        change = changes.end_roll(
-            rollout, report, obs.generation, reason, message, reconciling, put_back, reassert=reassert
+        report = ended(end.report, cond.now_precise())
+        verdict = end.verdict
+        await self._mutate(
+            changes.end_roll(rollout, report, obs.generation, verdict, put_back, reassert=end.reassert)
         )
-        await self._mutate(change)
-        if reassert is not None:
-            self.event(obs, REASSERT_CONDITION, reassert, warning=True)
+        if end.reassert is not None:
+            self.event(obs, REASSERT_CONDITION, end.reassert, warning=True)
         metrics.roll_finished(self.namespace, self.name, report.result, {})
-        metrics.stalled(self.namespace, self.name, True)
-        self.event(obs, reason, message, warning=True)
+        metrics.stalled(self.namespace, self.name, end.verdict.stalls)
+        self.tell(obs, end.event)
 
 
 def _rollout(obs: Observed) -> RolloutStatus:

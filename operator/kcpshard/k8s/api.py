@@ -20,7 +20,9 @@ from typing import Any, Literal
 
 import httpx
 
-from kcpshard.k8s.kubeconfig import ConnectionConfig, resolve_config
+from kcpshard import retry
+from kcpshard.k8s.connection import Connection
+from kcpshard.k8s.credentials import Credentials, load_credentials
 
 log = logging.getLogger(__name__)
 
@@ -119,43 +121,41 @@ KCPSHARDS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpshards")
 KCPSLOTS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpslots")
 
 
-class _BearerAuth(httpx.Auth):
-    def __init__(self, config: ConnectionConfig):
-        self._config = config
-
-    def auth_flow(self, request: httpx.Request) -> Any:
-        token = self._config.current_token()
-        if token:
-            request.headers["Authorization"] = f"Bearer {token}"
-        yield request
-
-
 def _obj_key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace") or ""), str(meta.get("name") or "")
 
 
 class ApiClient:
-    """Async REST calls against one API server. Use ``from_kubeconfig`` or pass a ``ConnectionConfig``."""
+    """Async REST calls against one API server, with ``Credentials`` (``kcpshard.k8s.credentials``) kept
+    fresh by a ``Connection`` (refreshed when stale and after a 401)."""
 
-    def __init__(self, config: ConnectionConfig, *, timeout: float = 30.0):
-        self.config = config
-        self._client = httpx.AsyncClient(
-            base_url=config.server,
-            verify=config.ssl_context(),
-            auth=_BearerAuth(config),
-            timeout=httpx.Timeout(timeout),
-            headers={"Accept": "application/json", "User-Agent": "kcpshard"},
-        )
+    def __init__(self, credentials: Credentials, *, timeout: float = 30.0):
+        self._conn = Connection(credentials, timeout=timeout)
 
     @classmethod
     def from_kubeconfig(cls, path: str | Path | None = None, context: str | None = None) -> ApiClient:
-        """``path``, else ``$KUBECONFIG``, else the in-cluster service account."""
-        return cls(resolve_config(path, context))
+        """``path``, else ``$KUBECONFIG``, else in-cluster (or ``~/.kube/config``). Blocking: an exec plugin
+        runs here; async code with an exec user should use ``open``."""
+        return cls(load_credentials(path, context))
+
+    @classmethod
+    async def open(cls, path: str | Path | None = None, context: str | None = None) -> ApiClient:
+        """``from_kubeconfig`` with the loading in a thread."""
+        return cls(await asyncio.to_thread(load_credentials, path, context))
+
+    @property
+    def credentials(self) -> Credentials:
+        """The credentials in use now (they change when refreshed)."""
+        return self._conn.credentials
 
     @property
     def default_namespace(self) -> str:
-        return self.config.namespace
+        return self.credentials.namespace
+
+    async def fresh_credentials(self, *, force: bool = False) -> Credentials:
+        """The credentials, refreshed first when stale or when ``force`` (a 401 elsewhere, a re-login)."""
+        return await self._conn.fresh_credentials(force=force)
 
     async def __aenter__(self) -> ApiClient:
         return self
@@ -166,7 +166,7 @@ class ApiClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._conn.aclose()
 
     async def request(
         self,
@@ -179,9 +179,14 @@ class ApiClient:
     ) -> Any:
         """One call; returns the decoded JSON body (None when empty), raises ``ApiError`` on >= 400."""
         content = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": content_type} if content is not None else None
         clean = {k: v for k, v in (params or {}).items() if v is not None}
-        resp = await self._client.request(method, path, params=clean, content=content, headers=headers)
+        for attempt in range(2):
+            async with self._conn.session(retry=bool(attempt)) as (client, kwargs):
+                if content is not None:
+                    kwargs["headers"]["Content-Type"] = content_type
+                resp = await client.request(method, path, params=clean, content=content, **kwargs)
+            if not await self._conn.rejected(resp.status_code, attempt):
+                break
         decoded = _decode(resp.content)
         if resp.status_code >= 400:
             raise error_from_status(resp.status_code, decoded)
@@ -281,21 +286,31 @@ class ApiClient:
         }
         clean = {k: v for k, v in params.items() if v is not None}
         # No read timeout: a quiet watch is normal; the server's timeoutSeconds ends it.
-        timeout = httpx.Timeout(self._client.timeout.connect, read=None)
-        async with self._client.stream("GET", ref.path(namespace), params=clean, timeout=timeout) as resp:
-            if resp.status_code >= 400:
-                raise error_from_status(resp.status_code, _decode(await resp.aread()))
-            async for line in resp.aiter_lines():
-                if not line.strip():
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    raise ApiError(500, "InternalError", "malformed watch event from the server") from None
-                if event.get("type") == "ERROR":
-                    obj = event.get("object") or {}
-                    raise error_from_status(int(obj.get("code") or 500), obj)
-                yield event
+        timeout = httpx.Timeout(self._conn.timeout.connect, read=None)
+        for attempt in range(2):
+            async with (
+                self._conn.session(retry=bool(attempt)) as (client, kwargs),
+                client.stream("GET", ref.path(namespace), params=clean, timeout=timeout, **kwargs) as resp,
+            ):
+                if resp.status_code >= 400:
+                    body = _decode(await resp.aread())
+                    if await self._conn.rejected(resp.status_code, attempt):
+                        continue
+                    raise error_from_status(resp.status_code, body)
+                async for line in resp.aiter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise ApiError(
+                            500, "InternalError", "malformed watch event from the server"
+                        ) from None
+                    if event.get("type") == "ERROR":
+                        obj = event.get("object") or {}
+                        raise error_from_status(int(obj.get("code") or 500), obj)
+                    yield event
+                return
 
     async def watch_forever(
         self,
@@ -313,6 +328,7 @@ class ApiClient:
         yields what changed meanwhile (DELETED for vanished objects, ADDED/MODIFIED for the rest), like an
         informer. Connection errors are retried after ``retry_delay`` seconds.
         """
+        again = retry.Backoff.every(retry_delay)
         known: dict[tuple[str, str], dict[str, Any]] = {}
         rv: str | None = None
         while True:
@@ -344,9 +360,15 @@ class ApiClient:
                     yield event
             except Gone:
                 rv = None
-            except (httpx.TransportError, ApiError) as exc:
+            except Exception as exc:
+                if not _WATCH_PASSES(exc):
+                    raise
                 log.warning("watch of %s failed, retrying: %s", ref.plural, exc)
-                await asyncio.sleep(retry_delay)
+                await asyncio.sleep(again.delay(1))
+
+
+# A watch that broke is started again (an API server away, a refused request): it is the informer.
+_WATCH_PASSES = retry.kinds(httpx.TransportError, ApiError)
 
 
 def _relist_events(

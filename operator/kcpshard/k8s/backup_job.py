@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcpshard.api.models import BackupReport, KcpShardSpec
+from kcpshard.api.models import BackupReport, EtcdStore, KcpShardSpec
 from kcpshard.k8s.builders import (
     AGENT_SERVICE_ACCOUNT,
     DEFAULT_IMAGE,
@@ -51,14 +51,16 @@ def backup_job(
     image: str = DEFAULT_IMAGE,
     agent_command: tuple[str, ...] = ("kcpshard",),
     name: str | None = None,
+    etcd: EtcdStore | None = None,
 ) -> dict[str, Any]:
-    """The Job that snapshots the shard's etcd into the node's state dir.
+    """The Job that snapshots the shard's etcd (`etcd`, else the spec's) into the node's state dir.
 
     `name` replaces the name made of the revision and attempt: the agent annotates the Job named on its
     command line, so a caller that wants another name passes it here rather than renaming the returned
-    object. Raises ValueError when the store cannot be backed up this way (kine).
+    object. Raises ValueError without an etcd store: the plan never asks for one (it refuses a backup of
+    kine as InvalidSpec).
     """
-    etcd = spec.store.etcd
+    etcd = etcd or spec.store.etcd
     if etcd is None:
         raise ValueError("backup needs an etcd store")
     meta = shard_obj["metadata"]

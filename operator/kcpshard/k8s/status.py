@@ -12,6 +12,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kcpshard import retry
 from kcpshard.k8s.api import ApiClient, Conflict, NotFound, ResourceRef
 
 StatusFn = Callable[[dict[str, Any]], dict[str, Any] | None]
@@ -35,8 +36,12 @@ async def mutate_status(
     reports onto an object that is not the one it works for. `known`, the object as the caller last read
     or wrote it, saves the first GET: if it is stale, the PUT meets 409 and the next try reads.
     """
-    for attempt in range(attempts):
-        fresh = attempt > 0 or known is None
+    tries = 0
+
+    async def once() -> dict[str, Any]:
+        nonlocal tries
+        fresh = tries > 0 or known is None
+        tries += 1
         obj = known if known is not None and not fresh else await api.get(ref, namespace, name)
         if uid is not None and obj["metadata"].get("uid") != uid:
             raise NotFound(
@@ -46,13 +51,21 @@ async def mutate_status(
         new_status = fn(status)
         if new_status is None or new_status == (obj.get("status") or {}):
             if not fresh:
-                continue  # only the server can say there is nothing to write
+                raise _Unread  # only the server can say there is nothing to write
             return dict(obj)
-        body = {**obj, "status": new_status}
-        try:
-            return await api.replace(ref, namespace, name, body, subresource="status")
-        except Conflict:
-            continue
-    raise Conflict(
-        409, "Conflict", f"status of {ref.plural}/{name} kept changing; gave up after {attempts} tries"
-    )
+        return await api.replace(ref, namespace, name, {**obj, "status": new_status}, subresource="status")
+
+    try:
+        # Another writer won the race (409): read again and redo the change, at once.
+        return await retry.retrying(once, passing=_RACED, backoff=retry.Backoff.every(0.0), attempts=attempts)
+    except (Conflict, _Unread):
+        raise Conflict(
+            409, "Conflict", f"status of {ref.plural}/{name} kept changing; gave up after {attempts} tries"
+        ) from None
+
+
+class _Unread(Exception):
+    """The caller's copy says there is nothing to write: read the object itself before believing it."""
+
+
+_RACED = retry.kinds(Conflict, _Unread)

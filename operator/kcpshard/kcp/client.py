@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 import httpx
 
+from kcpshard import retry
 from kcpshard.kcp.errors import KcpError, KcpTimeout
 
 LEASE_PATH = (
@@ -303,19 +304,29 @@ class KcpClient:
         last_state: Callable[[], str],
     ) -> T:
         """Call `check` until it returns a value or the deadline passes. Transient errors are retried."""
-        deadline = time.monotonic() + seconds
         note = ""
-        while True:
+
+        async def once() -> T:
+            nonlocal note
             try:
                 result = await check()
-                note = ""
             except KcpError as exc:
                 if exc.status in (401, 403):
                     raise  # credentials will not fix themselves
-                note = f" (last error: {exc})"
-                result = None
-            if result is not None:
-                return result
-            if time.monotonic() >= deadline:
-                raise KcpTimeout(what, seconds, self._clean(last_state() + note))
-            await asyncio.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+                note, result = f" (last error: {exc})", None
+            else:
+                note = ""
+            if result is None:
+                raise _NotYet
+            return result
+
+        try:
+            return await retry.retrying(
+                once, passing=retry.kinds(_NotYet), backoff=retry.Backoff.every(poll), budget=seconds
+            )
+        except _NotYet:
+            raise KcpTimeout(what, seconds, self._clean(last_state() + note)) from None
+
+
+class _NotYet(Exception):
+    """A poll's check found nothing yet (or a transient error): look again."""

@@ -322,6 +322,10 @@ def _check_base_url(url: str) -> str | None:
     return None
 
 
+# No action can snapshot kine: the backup Job runs etcdctl.
+BACKUP_NEEDS_ETCD = "roll.backup snapshots an etcd store: with store.kine, back up kine's database instead"
+
+
 def validate(spec: KcpShardSpec) -> list[str]:
     """Human messages for what only the operator can judge (the CRD schema checks the rest)."""
     msgs: list[str] = []
@@ -338,7 +342,7 @@ def validate(spec: KcpShardSpec) -> list[str]:
     elif store.etcd is not None and store.kine is not None:
         msgs.append("store has both etcd and kine: choose one")
     elif store.kine is not None and spec.roll.backup:
-        msgs.append("roll.backup snapshots an etcd store: with store.kine, back up kine's database instead")
+        msgs.append(BACKUP_NEEDS_ETCD)
     shard = spec.shard
     if shard.root and shard.name != "root":
         msgs.append(f"a root shard must be named root (kcp treats shard {shard.name!r} as non-root)")

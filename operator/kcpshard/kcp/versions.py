@@ -130,7 +130,7 @@ class StorageBoundary:
 
 # Version pairs that must not run side by side on one store. A roll crossing a boundary, in either
 # direction, must run in the Single shape (or stall): during blue/green the older binary would read
-# data the newer one has already rewritten. roll/plan.py stalls a BlueGreen roll across one with
+# data the newer one has already rewritten. roll/start.py stalls a BlueGreen roll across one with
 # UnsafeSideBySide (docs/design.md#unsafe-version-pairs). The v0.28 entry comes from the project's
 # starting design as an example of such a change; it has not been traced to a kcp commit here, and a
 # pair found unsafe later is added as a row.

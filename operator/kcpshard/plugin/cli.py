@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TextIO
 
 import httpx
 
 from kcpshard.k8s.api import ApiClient, ApiError
-from kcpshard.k8s.kubeconfig import ConnectionConfig, KubeconfigError, resolve_config
+from kcpshard.k8s.credentials import Credentials, KubeconfigError, load_credentials
 from kcpshard.plugin import commands
 from kcpshard.plugin.commands import Refused, Terminal
 from kcpshard.plugin.live import is_terminal
+from kcpshard.plugin.objects import Unreadable
 
 EXIT_CODES = """\
 exit codes:
@@ -48,7 +47,11 @@ def duration(text: str) -> float:
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
     # SUPPRESS: given before or after the sub-command, neither copy overwrites the other
     group = parser.add_argument_group("connection")
-    group.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="path of the kubeconfig file")
+    group.add_argument(
+        "--kubeconfig",
+        default=argparse.SUPPRESS,
+        help="path of the kubeconfig file (default: $KUBECONFIG, its files merged, else ~/.kube/config)",
+    )
     group.add_argument("--context", default=argparse.SUPPRESS, help="kubeconfig context to use")
     group.add_argument(
         "-n",
@@ -112,16 +115,16 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _config(args: argparse.Namespace) -> ConnectionConfig:
-    path = getattr(args, "kubeconfig", None)
-    if path is None and not os.environ.get("KUBECONFIG"):
-        home = Path.home() / ".kube" / "config"
-        path = str(home) if home.exists() else None  # as kubectl: ~/.kube/config, else in-cluster
-    return resolve_config(path, getattr(args, "context", None))
+def _credentials(args: argparse.Namespace) -> Credentials:
+    # kubectl's order: --kubeconfig, else $KUBECONFIG merged, else ~/.kube/config, else in-cluster. Loaded
+    # before the event loop starts: an exec plugin may run (and ask on the terminal).
+    return load_credentials(
+        getattr(args, "kubeconfig", None), getattr(args, "context", None), in_cluster_first=False
+    )
 
 
-async def _run(args: argparse.Namespace, term: Terminal, config: ConnectionConfig) -> int:
-    async with ApiClient(config) as api:
+async def _run(args: argparse.Namespace, term: Terminal, credentials: Credentials) -> int:
+    async with ApiClient(credentials) as api:
         namespace: str = getattr(args, "namespace", None) or api.default_namespace
         if args.command == "status":
             return await commands.status(
@@ -147,12 +150,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None, err: Text
         return commands.version(term)
     server = "the API server"
     try:
-        config = _config(args)
-        server = config.server
-        return asyncio.run(_run(args, term, config))
+        credentials = _credentials(args)
+        server = credentials.server
+        return asyncio.run(_run(args, term, credentials))
     except KeyboardInterrupt:
         return commands.INTERRUPTED
-    except Refused as exc:
+    except (Refused, Unreadable) as exc:
         err.write(f"error: {exc}\n")
     except ApiError as exc:
         # as kubectl says it

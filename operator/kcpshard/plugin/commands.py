@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, TextIO
 
+from kcpshard import retry
 from kcpshard.api import conditions as cond
 from kcpshard.api.annotations import ABORT, PROMOTE, REASSERT, RETRY
 from kcpshard.api.models import API_VERSION
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, Conflict
 from kcpshard.k8s.builders import LABEL_SHARD
-from kcpshard.plugin import live, render
+from kcpshard.plugin import live, objects, render, tables
+from kcpshard.plugin.checklist import Glyphs
+from kcpshard.roll.phase import Phase
 
 OK = 0
 FAILED = 1
@@ -37,7 +40,7 @@ class Terminal:
     live: bool  # a terminal: redraw in place, with colour and a running clock
 
     @property
-    def glyphs(self) -> render.Glyphs:
+    def glyphs(self) -> Glyphs:
         return live.glyphs_for(self.out)
 
 
@@ -61,9 +64,9 @@ def wait_outcome(shard: dict[str, Any]) -> tuple[int, str] | None:
     """
     name = (shard.get("metadata") or {}).get("name")
     phase, message = render.phase(shard)
-    if phase is render.Phase.DEGRADED:
+    if phase is Phase.DEGRADED:
         return STALLED, f"kcpshard {name} stalled: {message}"
-    if phase is render.Phase.HEALTHY:
+    if phase is Phase.HEALTHY:
         return OK, f"kcpshard {name} is healthy: {message}"
     return None
 
@@ -93,7 +96,7 @@ async def status(
     deadline = time.monotonic() + timeout if timeout > 0 else None
     # the clock ticks for the running time on a terminal, and for the deadline
     tick = 1.0 if term.live or deadline is not None else None
-    last_phase: tuple[render.Phase, str] | None = None
+    last_phase: tuple[Phase, str] | None = None
     async for snap in live.watch_shard(api, namespace, name, tick=tick):
         if snap.shard is None:
             if snap.changed:
@@ -151,7 +154,7 @@ def check_retry(shard: dict[str, Any]) -> None:
         raise Refused(
             f"kcpshard {name} is rolling (step {rollout.get('step')}): retry is for a roll that stalled"
         )
-    if render.condition(shard, "Stalled").get("status") != "True":
+    if objects.condition(shard, "Stalled").get("status") != "True":
         raise Refused(f"kcpshard {name} is not stalled: nothing to retry")
 
 
@@ -181,20 +184,26 @@ async def steer(
     (a roll that moved past the flip meanwhile is checked again).
     """
     key, check = STEERING[verb]
-    for _ in range(attempts):
+
+    async def once() -> str:
         shard = await api.get(KCPSHARDS, namespace, name)
         check(shard)
         value = cond.now_precise()
         patch = {
             "metadata": {"resourceVersion": shard["metadata"]["resourceVersion"], "annotations": {key: value}}
         }
-        try:
-            await api.patch(KCPSHARDS, namespace, name, patch)
-        except Conflict:
-            continue  # the operator wrote meanwhile: look again
-        term.out.write(f'kcpshard "{name}" {verb} requested ({key}={value})\n')
-        return OK
-    raise Refused(f"kcpshard {name} kept changing; try again")
+        await api.patch(KCPSHARDS, namespace, name, patch)
+        return value
+
+    try:
+        # The operator wrote meanwhile (409): look again, at once.
+        value = await retry.retrying(
+            once, passing=retry.kinds(Conflict), backoff=retry.Backoff.every(0.0), attempts=attempts
+        )
+    except Conflict:
+        raise Refused(f"kcpshard {name} kept changing; try again") from None
+    term.out.write(f'kcpshard "{name}" {verb} requested ({key}={value})\n')
+    return OK
 
 
 # ----- history, list, version --------------------------------------------------------------------
@@ -202,10 +211,10 @@ async def steer(
 
 async def history(api: ApiClient, term: Terminal, namespace: str, name: str) -> int:
     shard = await api.get(KCPSHARDS, namespace, name)
-    if not render.history_reports(shard):
+    if not tables.history_reports(shard):
         term.out.write(f"kcpshard {name} has no rolls yet\n")
         return OK
-    _write(term, render.history_lines(shard, term.glyphs))
+    _write(term, tables.history_lines(shard, term.glyphs))
     return OK
 
 
@@ -217,10 +226,10 @@ async def list_shards(api: ApiClient, term: Terminal, namespace: str | None, *, 
         where = "any namespace" if all_namespaces else f"{namespace} namespace"
         term.err.write(f"No resources found in {where}.\n")
         return OK
-    header = render.list_header(all_namespaces)
-    rows = render.list_rows(shards, _now(), all_namespaces=all_namespaces)
-    sizes = render.widths(header, rows)
-    _write(term, render.table(header, rows, sizes))
+    header = tables.list_header(all_namespaces)
+    rows = tables.list_rows(shards, _now(), all_namespaces=all_namespaces)
+    sizes = tables.widths(header, rows)
+    _write(term, tables.table(header, rows, sizes))
     if not watch:
         return OK
     # like `kubectl get -w`: then a row per change, in the columns of the first table
@@ -229,10 +238,10 @@ async def list_shards(api: ApiClient, term: Terminal, namespace: str | None, *, 
         if kind != "DELETED" and shown.get(_where(obj)) == _meta_rv(obj):
             continue  # the watch begins with a list: those rows are in the table already
         shown[_where(obj)] = _meta_rv(obj)
-        row = render.list_row(obj, _now(), all_namespaces=all_namespaces)
+        row = tables.list_row(obj, _now(), all_namespaces=all_namespaces)
         if kind == "DELETED":
             row[header.index("STATUS")] = "Deleted"
-        _write(term, render.table(header, [row], sizes)[1:])
+        _write(term, tables.table(header, [row], sizes)[1:])
     return OK
 
 

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, ResourceRef
 from kcpshard.k8s.builders import LABEL_SHARD
-from kcpshard.plugin.render import ASCII, UNICODE, Glyphs
+from kcpshard.plugin.checklist import ASCII, UNICODE, Glyphs
 
 # ----- output ------------------------------------------------------------------------------------
 

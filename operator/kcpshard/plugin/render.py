@@ -1,63 +1,26 @@
-"""What `kubectl kcpshard` prints: pure functions from the objects (plain dicts, as the API returns
-them) to lines. Nothing here talks to a server or a terminal.
+"""`kubectl kcpshard status`: the shard, its roll as a checklist, the new slot and the last roll, from
+the objects (plain dicts, as the API returns them). Pure: nothing here talks to a server or a terminal.
 
 The looks follow `kubectl argo rollouts get rollout`: a header of `Key:  value` lines, then the roll
-as a checklist with a status glyph, a time and a duration per item; tables follow `kubectl get`.
+as a checklist with a status glyph, a time and a duration per item.
 """
 
 from __future__ import annotations
 
 import datetime
-import enum
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from kcpshard.api import conditions as cond
-from kcpshard.k8s.duration import human_duration
-from kcpshard.roll.actions import Step
-from kcpshard.roll.failures import POST_FLIP
-from kcpshard.roll.promotion import WAITING_FOR_PROMOTION
-from kcpshard.roll.report import LEAVE_STAMP
-
-Obj = Mapping[str, Any]
+from kcpshard.plugin import objects
+from kcpshard.plugin.checklist import UNICODE, Glyphs, Mark, item_lines, slot_items, step_items
+from kcpshard.plugin.clock import clock, seconds
+from kcpshard.plugin.objects import Obj, version
+from kcpshard.roll.phase import Phase
+from kcpshard.roll.phase import phase as roll_phase
+from kcpshard.roll.route import after_flip
 
 KEY_WIDTH = 17  # "Name:" and its value, as argo rollouts aligns them
 
-
-class Phase(enum.StrEnum):
-    """The shard's health as a person (and Argo CD) reads it."""
-
-    HEALTHY = "Healthy"
-    PROGRESSING = "Progressing"
-    PAUSED = "Paused"
-    DEGRADED = "Degraded"
-    TERMINATING = "Terminating"
-
-
-class Mark(enum.Enum):
-    DONE = "done"
-    RUNNING = "running"
-    PAUSED = "paused"
-    FAILED = "failed"
-    PENDING = "pending"
-
-
-@dataclass(frozen=True)
-class Glyphs:
-    marks: Mapping[Mark, str]
-    arrow: str
-
-    def __call__(self, mark: Mark) -> str:
-        return self.marks[mark]
-
-
-UNICODE = Glyphs(
-    {Mark.DONE: "✔", Mark.RUNNING: "◌", Mark.PAUSED: "॥", Mark.FAILED: "✖", Mark.PENDING: "·"}, "→"
-)
-ASCII = Glyphs(
-    {Mark.DONE: "+", Mark.RUNNING: "*", Mark.PAUSED: "=", Mark.FAILED: "x", Mark.PENDING: "."}, "->"
-)
 
 PHASE_MARK = {
     Phase.HEALTHY: Mark.DONE,
@@ -68,245 +31,19 @@ PHASE_MARK = {
 }
 
 
-# ----- reading the objects -------------------------------------------------------------------------
-
-
-def _status(obj: Obj | None) -> Obj:
-    return (obj or {}).get("status") or {}
-
-
-def _meta(obj: Obj | None) -> Obj:
-    return (obj or {}).get("metadata") or {}
-
-
-def condition(obj: Obj | None, type_: str) -> Obj:
-    return cond.find(_status(obj).get("conditions"), type_) or {}
-
-
-def _is(obj: Obj | None, type_: str, status: str = "True") -> bool:
-    return condition(obj, type_).get("status") == status
-
-
 def phase(shard: Obj) -> tuple[Phase, str]:
-    """The shard's phase and the message that says why: the rules of the Argo CD health check
-    (deploy/argocd/resource_customizations/kcpshard.dev/KcpShard/health.lua), in the same order.
-
-    A roll under way (or waiting for promotion) comes first; then a spec the operator has not acted on
-    yet (a Stalled of an older generation is no verdict on the current spec); then Stalled; then Ready.
-    """
-    status = _status(shard)
-    if _meta(shard).get("deletionTimestamp"):
-        return Phase.TERMINATING, "the shard is being deleted"
-    if not status.get("conditions"):
-        return Phase.PROGRESSING, "waiting for the operator to see the shard"
-    reconciling = condition(shard, "Reconciling")
-    ready = condition(shard, "Ready")
-    if reconciling.get("status") == "True":
-        if reconciling.get("reason") == WAITING_FOR_PROMOTION:
-            return Phase.PAUSED, str(reconciling.get("message") or "waiting for promotion")
-        return Phase.PROGRESSING, str(reconciling.get("message") or "")
-    if status.get("rollout"):
-        return Phase.PROGRESSING, str(ready.get("message") or "")
-    generation, observed = _meta(shard).get("generation"), status.get("observedGeneration")
-    if observed is not None and generation is not None and observed != generation:
-        return Phase.PROGRESSING, f"waiting for the operator to act on generation {generation}"
-    if _is(shard, "Stalled"):
-        return Phase.DEGRADED, str(condition(shard, "Stalled").get("message") or "")
-    if ready.get("status") == "True":
-        return Phase.HEALTHY, str(ready.get("message") or "")
-    return Phase.PROGRESSING, str(ready.get("message") or "not ready yet")
-
-
-def _version(spec: Obj | None) -> str | None:
-    version = ((spec or {}).get("kcp") or {}).get("version")
-    return str(version) if version else None
-
-
-def _time(value: str | None) -> datetime.datetime | None:
-    if not value:
-        return None
-    try:
-        return cond.parse_time(value)
-    except ValueError:
-        return None
-
-
-def clock(value: str | None) -> str:
-    """HH:MM:SS (UTC) of a timestamp, '' when there is none."""
-    at = _time(value)
-    return at.strftime("%H:%M:%S") if at else ""
-
-
-def seconds(value: float) -> str:
-    """A duration as a person reads it: 0.21s, 3.4s, 1m12s, 2h3m."""
-    if value < 10:
-        return f"{value:.2f}s"
-    if value < 60:
-        return f"{value:.1f}s"
-    whole = int(value)
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60}s"
-    return f"{whole // 3600}h{whole % 3600 // 60}m"
-
-
-def between(start: str | None, end: str | None) -> str:
-    """The time from `start` to `end`; in whole seconds when either is stamped to the second only
-    (conditions' lastTransitionTime), so a coarse time does not pose as a precise one."""
-    began, ended = _time(start), _time(end)
-    if began is None or ended is None:
-        return ""
-    if "." not in str(start) or "." not in str(end):
-        whole = int(ended.replace(microsecond=0).timestamp() - began.replace(microsecond=0).timestamp())
-        return f"{whole}s" if whole >= 0 else ""
-    if ended < began:
-        return ""
-    return seconds((ended - began).total_seconds())
-
-
-def _elapsed(since: str | None, now: datetime.datetime | None) -> str:
-    """How long something has run so far; '' in a view without a clock."""
-    began = _time(since)
-    if now is None or began is None:
-        return ""
-    return seconds(max(0.0, (now - began).total_seconds()))
-
-
-def age(created: str | None, now: datetime.datetime) -> str:
-    """kubectl's AGE column."""
-    at = _time(created)
-    return human_duration((now - at).total_seconds()) if at is not None else "<unknown>"
-
-
-# ----- the roll as steps -------------------------------------------------------------------------
-
-
-def step_order(roll: Obj) -> list[Step]:
-    """The steps this roll (a `status.rollout` or a `RollReport`) goes through, in order."""
-    stamps = roll.get("timestamps") or {}
-    shape = roll.get("shape") or "BlueGreen"
-    # Single shape rolls in place (the new slot is the old one's); blue/green to the other slot
-    has_old = bool(roll.get("fromSlot")) and (shape == "Single" or roll.get("fromSlot") != roll.get("toSlot"))
-    target_backup = (((roll.get("targetSpec") or {}).get("roll")) or {}).get("backup")
-    steps: list[Step] = []
-    if "backedUp" in stamps or roll.get("backup") or roll.get("step") == Step.BACKING_UP or target_backup:
-        steps.append(Step.BACKING_UP)
-    if shape == "Single" and has_old:
-        steps += [Step.STOPPING_OLD, Step.STARTING, Step.WAITING_READY, Step.FLIPPING]
-    else:
-        steps += [Step.STARTING, Step.WAITING_READY, Step.FLIPPING]
-        if has_old and not roll.get("restoring"):
-            steps.append(Step.STOPPING_OLD)
-    steps += [Step.HANDING_OVER_LEASE, Step.PROBING, Step.DRAINING, Step.RETIRING]
-    return steps
-
-
-def _leave_stamp(step: Step) -> str:
-    return LEAVE_STAMP.get(step, "finished")
-
-
-@dataclass(frozen=True)
-class Item:
-    """One line of a checklist."""
-
-    mark: Mark
-    name: str
-    time: str = ""
-    duration: str = ""
-    note: str = ""
-
-
-def step_items(roll: Obj, *, running: bool, now: datetime.datetime | None = None) -> list[Item]:
-    """The checklist of a roll's steps. `running`: a roll under way (else a finished report)."""
-    stamps: Mapping[str, str] = roll.get("timestamps") or {}
-    order = step_order(roll)
-    current = roll.get("step") if running else None
-    result = roll.get("result")
-    failed_at: Step | None = None
-    if not running and result and result != "Succeeded":
-        # the first step that never left is where it ended
-        failed_at = next((s for s in order if _leave_stamp(s) not in stamps), None)
-    items: list[Item] = []
-    previous = stamps.get("started")
-    reached_current = False
-    for step in order:
-        left = stamps.get(_leave_stamp(step))
-        if running and step == current:
-            reached_current = True
-            began = roll.get("stepStartedAt") or previous
-            items.append(Item(Mark.RUNNING, step.value, clock(began), _elapsed(began, now), "now"))
-            continue
-        if step == failed_at:
-            end = stamps.get(str(result).lower()) or stamps.get("finished")
-            items.append(Item(Mark.FAILED, step.value, clock(end), between(previous, end), str(result)))
-            reached_current = True
-            continue
-        if left is not None and not reached_current:
-            items.append(Item(Mark.DONE, step.value, clock(left), between(previous, left)))
-            previous = left
-        elif not running and not reached_current and result == "Succeeded":
-            # a step the roll had no use for (e.g. no old slot to drain): done without a stamp
-            items.append(Item(Mark.DONE, step.value))
-        elif running and not reached_current and current in {s.value for s in order}:
-            items.append(Item(Mark.DONE, step.value))
-        else:
-            items.append(Item(Mark.PENDING, step.value))
-    return items
-
-
-def slot_items(slot: Obj | None, *, now: datetime.datetime | None = None) -> list[Item]:
-    """The new slot's step conditions (Seeded ... Probed) with the time each turned and how long it took."""
-    conditions = _status(slot).get("conditions") or []
-    previous = _status(slot).get("startedAt") or _meta(slot).get("creationTimestamp")
-    items: list[Item] = []
-    waiting_marked = False
-    for type_ in cond.SLOT_STEPS:
-        found = cond.find(conditions, type_) or {}
-        at = found.get("lastTransitionTime")
-        state = found.get("status")
-        if state == "True":
-            items.append(
-                Item(Mark.DONE, type_, clock(at), between(previous, at), str(found.get("reason") or ""))
-            )
-            previous = at
-        elif state == "False":
-            items.append(
-                Item(
-                    Mark.FAILED, type_, clock(at), "", str(found.get("message") or found.get("reason") or "")
-                )
-            )
-            waiting_marked = True
-        elif not waiting_marked and slot is not None:
-            items.append(
-                Item(Mark.RUNNING, type_, "", _elapsed(previous, now), str(found.get("message") or ""))
-            )
-            waiting_marked = True
-        else:
-            items.append(Item(Mark.PENDING, type_))
-    return items
-
-
-def _item_lines(items: Sequence[Item], glyphs: Glyphs, indent: str = "  ") -> list[str]:
-    width = max((len(i.name) for i in items), default=0)
-    lines = []
-    for item in items:
-        parts = [
-            f"{indent}{glyphs(item.mark)} {item.name:<{width}}",
-            f"{item.time:>8}",
-            f"{item.duration:>7}",
-        ]
-        line = "  ".join(parts)
-        if item.note:
-            line += f"  {item.note}"
-        lines.append(line.rstrip())
-    return lines
-
-
-# ----- `status` ----------------------------------------------------------------------------------
+    """The shard's phase and why, by the roll's rule (`kcpshard.roll.phase`), which the Argo CD health
+    check (deploy/argocd/resource_customizations/kcpshard.dev/KcpShard/health.lua) follows in Lua."""
+    metadata = objects.meta(shard)
+    status = objects.shard_status(shard)
+    return roll_phase(
+        status, generation=metadata.get("generation"), deleting=bool(metadata.get("deletionTimestamp"))
+    )
 
 
 def _slot_named(slots: Iterable[Obj], slot: str | None) -> Obj | None:
     for candidate in slots:
-        if (candidate.get("spec") or {}).get("slot") == slot and not _meta(candidate).get(
+        if (candidate.get("spec") or {}).get("slot") == slot and not objects.meta(candidate).get(
             "deletionTimestamp"
         ):
             return candidate
@@ -331,12 +68,12 @@ def _serving(status: Obj) -> str:
     return text
 
 
-def _active_version(status: Obj) -> str | None:
+def active_version(status: Obj) -> str | None:
     # The active record moves to the new slot before the flip, and activeSpec follows it only at the end.
     rollout = status.get("rollout") or {}
     if rollout and status.get("activeRevision") == rollout.get("targetRevision"):
-        return _version(rollout.get("targetSpec")) or _version(status.get("activeSpec"))
-    return _version(status.get("activeSpec"))
+        return version(rollout.get("targetSpec")) or version(status.get("activeSpec"))
+    return version(status.get("activeSpec"))
 
 
 def _report_summary(report: Obj, glyphs: Glyphs) -> str:
@@ -397,7 +134,7 @@ def status_lines(
     `now` adds the running time of the step under way (a live view); without it the lines change only
     when the objects do.
     """
-    meta, spec, status = _meta(shard), shard.get("spec") or {}, _status(shard)
+    meta, spec, status = objects.meta(shard), shard.get("spec") or {}, objects.status_of(shard)
     ph, message = phase(shard)
     rollout = status.get("rollout")
     lines = [
@@ -409,11 +146,11 @@ def status_lines(
         lines.append(_kv("Message", message))
     lines.append(_kv("Shape", str((rollout or {}).get("shape") or spec.get("shape") or "BlueGreen")))
     lines.append(_kv("Serving", _serving(status)))
-    active_version = _active_version(status)
+    serving_version = active_version(status)
     revision = str(status.get("activeRevision") or "none")
-    lines.append(_kv("Revision", f"{revision} (kcp {active_version})" if active_version else revision))
+    lines.append(_kv("Revision", f"{revision} (kcp {serving_version})" if serving_version else revision))
     if rollout:
-        target_version = _version(rollout.get("targetSpec")) or _version(spec)
+        target_version = version(rollout.get("targetSpec")) or version(spec)
         target = f"slot {rollout.get('toSlot')}, revision {rollout.get('targetRevision')}"
         if target_version:
             target += f" (kcp {target_version})"
@@ -429,22 +166,22 @@ def status_lines(
 
     if rollout:
         lines += ["", f"Steps ({rollout.get('step')}):"]
-        lines += _item_lines(step_items(rollout, running=True, now=now), glyphs)
+        lines += item_lines(step_items(rollout, running=True, now=now), glyphs)
         slot_name = rollout.get("toSlot")
     else:
         slot_name = status.get("activeSlot")
     slot = _slot_named(slots, slot_name) if slot_name else None
     if slot_name:
-        port = _status(slot).get("port")
+        port = objects.status_of(slot).get("port")
         head = f"Slot {slot_name} ({'new' if rollout else 'serving'}" + (f", port {port})" if port else ")")
         if slot is None:
             lines += ["", head + (": no KcpSlot yet" if rollout else ": its KcpSlot is gone")]
         else:
-            lines += ["", head + ":", *_item_lines(slot_items(slot, now=now if rollout else None), glyphs)]
+            lines += ["", head + ":", *item_lines(slot_items(slot, now=now if rollout else None), glyphs)]
     for other in slots:
-        if other is slot or _meta(other).get("deletionTimestamp"):
+        if other is slot or objects.meta(other).get("deletionTimestamp"):
             continue
-        other_spec, other_status = other.get("spec") or {}, _status(other)
+        other_spec, other_status = other.get("spec") or {}, objects.status_of(other)
         state = (
             "exited"
             if other_status.get("exitedAt")
@@ -460,123 +197,24 @@ def status_lines(
         if last.get("result") != "Succeeded" and last.get("message"):
             lines.append(_kv("", str(last["message"])))
         if not rollout:
-            lines += ["", "Steps of the last roll:", *_item_lines(step_items(last, running=False), glyphs)]
+            lines += ["", "Steps of the last roll:", *item_lines(step_items(last, running=False), glyphs)]
     return lines
 
 
 def can_abort(shard: Obj) -> tuple[bool, str]:
     """Whether `abort` may ask the operator to stop the roll, and if not, why not."""
-    name = _meta(shard).get("name")
-    rollout = _status(shard).get("rollout")
-    if not rollout:
+    name = objects.meta(shard).get("name")
+    rollout = objects.shard_status(shard).rollout
+    if rollout is None:
         return False, f"kcpshard {name} has no roll under way: nothing to abort"
-    step = rollout.get("step")
-    shape = rollout.get("shape") or "BlueGreen"
     try:
-        past_flip = Step(step) in POST_FLIP or (Step(step) is Step.STOPPING_OLD and shape == "BlueGreen")
+        past_flip = after_flip(rollout)
     except ValueError:
-        past_flip = False
+        past_flip = False  # a step this plugin does not know: the operator judges
     if past_flip:
         return False, (
-            f"the roll of kcpshard {name} is past the flip (step {step}): the front serves slot "
-            f"{rollout.get('toSlot')} and the store has moved on, so it cannot go back; roll forward "
+            f"the roll of kcpshard {name} is past the flip (step {rollout.step}): the front serves slot "
+            f"{rollout.to_slot} and the store has moved on, so it cannot go back; roll forward "
             "with a spec change instead"
         )
     return True, ""
-
-
-# ----- tables ------------------------------------------------------------------------------------
-
-
-def widths(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[int]:
-    return [max(len(str(c)) for c in col) for col in zip(header, *rows, strict=False)]
-
-
-def table(
-    header: Sequence[str], rows: Iterable[Sequence[str]], sizes: Sequence[int] | None = None
-) -> list[str]:
-    """kubectl's column layout: each column as wide as its widest cell (or `sizes`), three spaces apart."""
-    rows = [list(r) for r in rows]
-    sizes = list(sizes) if sizes is not None else widths(header, rows)
-    sizes += [0] * (len(header) - len(sizes))
-    return [
-        "   ".join(f"{cell:<{w}}" for cell, w in zip(row, sizes, strict=False)).rstrip()
-        for row in [list(header), *rows]
-    ]
-
-
-LIST_HEADER = ("NAME", "STATUS", "SERVING", "REVISION", "VERSION", "STEP", "AGE")
-
-
-def list_row(shard: Obj, now: datetime.datetime, *, all_namespaces: bool = False) -> list[str]:
-    meta, status = _meta(shard), _status(shard)
-    ph, _ = phase(shard)
-    rollout = status.get("rollout") or {}
-    row = [
-        str(meta.get("name", "")),
-        ph.value,
-        str(status.get("activeSlot") or "<none>"),
-        str(status.get("activeRevision") or "<none>"),
-        _active_version(status) or "<none>",
-        str(rollout.get("step") or "<none>"),
-        age(meta.get("creationTimestamp"), now),
-    ]
-    return [str(meta.get("namespace", "")), *row] if all_namespaces else row
-
-
-def list_header(all_namespaces: bool) -> tuple[str, ...]:
-    return ("NAMESPACE", *LIST_HEADER) if all_namespaces else LIST_HEADER
-
-
-def list_rows(
-    shards: Sequence[Obj], now: datetime.datetime, *, all_namespaces: bool = False
-) -> list[list[str]]:
-    ordered = sorted(shards, key=lambda s: (_meta(s).get("namespace", ""), _meta(s).get("name", "")))
-    return [list_row(s, now, all_namespaces=all_namespaces) for s in ordered]
-
-
-def list_lines(shards: Sequence[Obj], now: datetime.datetime, *, all_namespaces: bool = False) -> list[str]:
-    return table(list_header(all_namespaces), list_rows(shards, now, all_namespaces=all_namespaces))
-
-
-HISTORY_HEADER = ("#", "RESULT", "STARTED", "SLOT", "REVISION", "SHAPE", "TOTAL", "START-TO-READY", "REASON")
-
-
-def history_reports(shard: Obj) -> list[Obj]:
-    """`status.history` (newest first), or the last roll alone where the operator keeps no history yet."""
-    status = _status(shard)
-    history = status.get("history")
-    if history:
-        return list(history)
-    return [status["lastRoll"]] if status.get("lastRoll") else []
-
-
-def history_lines(shard: Obj, glyphs: Glyphs = UNICODE) -> list[str]:
-    rows = []
-    for n, report in enumerate(history_reports(shard), start=1):
-        durations = report.get("durations") or {}
-        from_slot, to_slot = report.get("fromSlot"), report.get("toSlot")
-        slots = (
-            f"{from_slot}{glyphs.arrow}{to_slot}"
-            if from_slot and from_slot != to_slot
-            else str(to_slot or "")
-        )
-        from_rev, to_rev = report.get("fromRevision"), report.get("toRevision")
-        revisions = (
-            f"{from_rev}{glyphs.arrow}{to_rev}" if from_rev and from_rev != to_rev else str(to_rev or "")
-        )
-        started = str((report.get("timestamps") or {}).get("started") or "")
-        rows.append(
-            [
-                str(n),
-                str(report.get("result") or "?") + (" (recovery)" if report.get("recovery") else ""),
-                started[:19].replace("T", " "),
-                slots,
-                revisions,
-                str(report.get("shape") or ""),
-                seconds(float(durations["total"])) if "total" in durations else "",
-                seconds(float(durations["startToReady"])) if "startToReady" in durations else "",
-                str(report.get("reason") or ""),
-            ]
-        )
-    return table(HISTORY_HEADER, rows)

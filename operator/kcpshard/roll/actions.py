@@ -8,11 +8,12 @@ from __future__ import annotations
 import datetime
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kcpshard.api import conditions as cond
-from kcpshard.api.models import BackupReport, KcpShardSpec, RolloutStatus, Shape, SlotName
+from kcpshard.api.models import BackupReport, EtcdStore, KcpShardSpec, RolloutStatus, RollReport, SlotName
+from kcpshard.roll.observed import SlotView
 
 # Without a wake-up, look again after this long: a safety net, not the driver.
 RESYNC_SECONDS = 10.0
@@ -52,6 +53,43 @@ class Record:
     slot: str | None = None
     revision: str | None = None
     port: int | None = None
+
+
+# (status, reason, message) of one kstatus condition.
+Triple = tuple[cond.Status, str, str]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The shard's kstatus conditions once a roll has ended, as the plan decided them."""
+
+    ready: Triple
+    reconciling: Triple
+    stalled: Triple
+
+    @property
+    def stalls(self) -> bool:
+        return self.stalled[0] == "True"
+
+
+@dataclass(frozen=True)
+class Event:
+    """An Event about the shard: its CamelCase reason, what a person reads, Normal or Warning."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class RollEnd:
+    """How a roll that did not succeed is recorded. The writer adds to `report` the time the roll ended
+    (the timestamp named by its result); the rest is written as it stands."""
+
+    report: RollReport
+    verdict: Verdict
+    event: Event
+    reassert: str | None = None  # BootstrapReassertNeeded's message: the aborted upgrade's kcp ran
 
 
 @dataclass(frozen=True)
@@ -138,35 +176,10 @@ class ReadKcpLease(Action):
 
 @dataclass(frozen=True)
 class StartRoll(Action):
-    rollout: RolloutStatus
-    recovery: bool = False
+    """Record the roll; `event` says it started (RollStarted), or that the serving slot was lost."""
 
-    @property
-    def message(self) -> str:
-        rollout = self.rollout
-        if self.recovery:
-            what = (
-                f"slot {rollout.from_slot} (revision {rollout.from_revision}) stopped while serving; "
-                f"starting its revision again on slot {rollout.to_slot}"
-            )
-        elif rollout.reassert_token:
-            what = (
-                f"rolling the serving revision {rollout.from_revision} once more, from slot "
-                f"{rollout.from_slot} to slot {rollout.to_slot}, so its kcp re-asserts its bootstrap objects "
-                "(kubectl kcpshard reassert)"
-            )
-        elif rollout.from_slot and rollout.shape is Shape.SINGLE:
-            what = (
-                f"rolling slot {rollout.from_slot} ({rollout.from_revision}) in place, Single shape: "
-                "the old process stops first (planned outage)"
-            )
-        elif rollout.from_slot:
-            what = (
-                f"rolling from slot {rollout.from_slot} ({rollout.from_revision}) to slot {rollout.to_slot}"
-            )
-        else:
-            what = f"starting the first slot {rollout.to_slot}"
-        return f"{what} (revision {rollout.target_revision})"
+    rollout: RolloutStatus
+    event: Event
 
 
 @dataclass(frozen=True)
@@ -184,11 +197,12 @@ class Advance(Action):
 
 @dataclass(frozen=True)
 class StartBackup(Action):
-    """Run the store snapshot Job of this roll."""
+    """Run the store snapshot Job of this roll, of its etcd store (the plan refuses a backup of kine)."""
 
     job: str
     spec: KcpShardSpec
     revision: str
+    etcd: EtcdStore
 
 
 @dataclass(frozen=True)
@@ -269,7 +283,15 @@ class RequestDrain(Action):
 
 @dataclass(frozen=True)
 class Finish(Action):
+    """The roll reached its end. The writer adds to `report` when it finished and what each step took
+    (the new slot's own start-to-ready from `to_slot`), and says so in the Event `event`."""
+
     message: str
+    report: RollReport
+    verdict: Verdict
+    event: str
+    warning: bool = False
+    to_slot: SlotView | None = None
 
 
 @dataclass(frozen=True)
@@ -278,15 +300,21 @@ class Abort(Because):
 
     put_back: Record | None = None  # the flip was asked for: the previous record and backend
     remove: SlotName | None = None  # the new slot, deleted once the roll has ended
+    end: RollEnd = field(kw_only=True)
 
 
 @dataclass(frozen=True)
 class Restore(Because):
-    """Single shape: the new revision failed after the old slot stopped; start the old revision again."""
+    """Single shape: the new revision failed after the old slot stopped; start the old revision again,
+    from `step`."""
 
     holder: str | None = None  # the lease holder now: the failed process, if it led; not the restored one
+    step: Step = field(kw_only=True)
+    event: Event = field(kw_only=True)
 
 
 @dataclass(frozen=True)
 class Fail(Because):
     """After the flip: end the roll as failed and stall; never flip back on a live store."""
+
+    end: RollEnd = field(kw_only=True)

@@ -8,18 +8,11 @@ from __future__ import annotations
 
 from kcpshard.api.models import RolloutStatus, Shape, SlotName
 from kcpshard.kcp.flags import front_url
-from kcpshard.roll.actions import Abort, Action, Fail, ReadKcpLease, Record, Restore, Stall, Step
+from kcpshard.roll import ending
+from kcpshard.roll.actions import Abort, Action, ReadKcpLease, Record, Stall, Step
 from kcpshard.roll.observed import Observed
 from kcpshard.roll.rollout import roll_spec
-
-# Steps after the front was confirmed on the new slot, in either shape.
-POST_FLIP = frozenset({Step.HANDING_OVER_LEASE, Step.PROBING, Step.DRAINING, Step.RETIRING})
-
-
-def after_flip(rollout: RolloutStatus) -> bool:
-    """The front serves the new slot: blue/green stops the old slot after the flip, Single before it."""
-    step = Step(rollout.step)
-    return step in POST_FLIP or (step is Step.STOPPING_OLD and rollout.shape is Shape.BLUE_GREEN)
+from kcpshard.roll.route import after_flip
 
 
 def failure_action(obs: Observed, reason: str, message: str) -> Action:
@@ -28,7 +21,7 @@ def failure_action(obs: Observed, reason: str, message: str) -> Action:
     if rollout is None:
         return Stall(reason, message)
     if after_flip(rollout):
-        return Fail(reason, message)
+        return ending.fail(obs, reason, message)
     if Step(rollout.step) is Step.BACKING_UP:
         return abort(obs, rollout, reason, message)  # nothing was touched yet, in either shape
     return pre_flip_failure(obs, rollout, reason, message)
@@ -36,13 +29,14 @@ def failure_action(obs: Observed, reason: str, message: str) -> Action:
 
 def pre_flip_failure(obs: Observed, rollout: RolloutStatus, reason: str, message: str) -> Action:
     if rollout.restoring:
-        return Fail(reason, f"the old revision {rollout.from_revision} did not come back either: {message}")
+        why = f"the old revision {rollout.from_revision} did not come back either: {message}"
+        return ending.fail(obs, reason, why)
     if rollout.shape is Shape.SINGLE and rollout.from_slot:
         if obs.kcp_lease is None:
             return ReadKcpLease(front_url(roll_spec(obs)))
         # The holder now is the failed process (if it led), never the restored one: the handover waits
         # for another.
-        return Restore(reason, message, holder=obs.kcp_lease.holder)
+        return ending.restore(rollout, reason, message, obs.kcp_lease.holder)
     return abort(obs, rollout, reason, message)
 
 
@@ -59,4 +53,5 @@ def abort(obs: Observed, rollout: RolloutStatus, reason: str, message: str) -> A
             put_back = Record()  # nothing served before: no record, no backend
     to = SlotName(rollout.to_slot)
     remove = to if to in obs.slots and moved else None
-    return Abort(reason, message, put_back=put_back, remove=remove)
+    end = ending.aborted(obs, rollout, reason, message)
+    return Abort(reason, message, put_back=put_back, remove=remove, end=end)

@@ -19,6 +19,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.models import RolloutStatus
 from kcpshard.roll.actions import Action, Advance, FreeLease, SlotMark, Step, WatchLeaseHolder
 from kcpshard.roll.observed import LeaseReading
+from kcpshard.roll.route import next_step
 
 # kcp renews its controller lease every retry period (2 s, client-go's leaderelection): a holder that
 # does not renew within this long is dead.
@@ -53,10 +54,10 @@ def renewed_by(first: LeaseReading, last: LeaseReading) -> str | None:
     return None
 
 
-def handed_over(holder: str, to_slot: str) -> Advance:
+def handed_over(holder: str, rollout: RolloutStatus) -> Advance:
     message = f"controller lease held by {holder}"
-    mark = SlotMark(to_slot, "LeaseHandedOver", "True", "NewHolder", message, holder=holder)
-    return Advance(Step.PROBING, message, marks=(mark,))
+    mark = SlotMark(rollout.to_slot, "LeaseHandedOver", "True", "NewHolder", message, holder=holder)
+    return Advance(next_step(rollout, Step.HANDING_OVER_LEASE), message, marks=(mark,))
 
 
 def hand_over(
@@ -65,7 +66,7 @@ def hand_over(
     """The next move of the handover from one reading of the lease."""
     holder = new_holder(lease, rollout)
     if holder is not None:
-        return handed_over(holder, rollout.to_slot)
+        return handed_over(holder, rollout)
     remaining = max((deadline - now).total_seconds(), 0.1)
     if lease.found and lease.holder and rollout.from_holder is None:
         # Nobody was recorded: the holder is the new kcp if it is alive (the old slot has exited).
@@ -85,6 +86,6 @@ def after_watch(
     """A holder that renewed during the watch is the new kcp; a silent one is stale: free the lease."""
     alive = renewed_by(first, last)
     if alive is not None:
-        return handed_over(alive, rollout.to_slot)
+        return handed_over(alive, rollout)
     remaining = max((deadline - now).total_seconds(), 0.1)
     return FreeLease(url, stale=first.holder, delete=True, timeout=remaining)

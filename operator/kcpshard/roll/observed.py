@@ -10,13 +10,10 @@ import datetime
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import BackupReport, KcpShardSpec, KcpShardStatus, SlotName
-
-if TYPE_CHECKING:
-    from kcpshard.roll.outcomes import Outcome
 
 
 @dataclass(frozen=True)
@@ -217,5 +214,3 @@ class Observed(Seen):
     front_availability: FrontAvailability | None = None
     # kcp's controller lease: read only when the plan asks for it (ReadKcpLease), else None.
     kcp_lease: LeaseReading | None = None
-    # What the last action of this round saw, when the plan decides what follows from it.
-    outcome: Outcome | None = None

@@ -10,9 +10,10 @@ from __future__ import annotations
 from kcpshard.api.annotations import ABORT, PROMOTE
 from kcpshard.api.models import RolloutStatus, Shape, SlotName
 from kcpshard.roll.actions import Action, Hold
-from kcpshard.roll.failures import after_flip, failure_action, pre_flip_failure
+from kcpshard.roll.failures import failure_action, pre_flip_failure
 from kcpshard.roll.observed import Observed
 from kcpshard.roll.rollout import deadline, roll_spec
+from kcpshard.roll.route import after_flip
 
 WAITING_FOR_PROMOTION = "WaitingForPromotion"
 

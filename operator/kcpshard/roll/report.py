@@ -88,26 +88,38 @@ def roll_report(rollout: RolloutStatus, result: str, message: str, **extra: Any)
     )
 
 
-def finished_report(
-    rollout: RolloutStatus, to_slot: SlotView | None, message: str, finished_at: str
-) -> RollReport:
-    """The report of a roll that reached its end: Succeeded, or RolledBack when it restored the old one."""
-    timestamps = {**rollout.timestamps, "finished": finished_at}
-    spans = durations(timestamps)
-    measured = spans | slot_durations(to_slot, spans)
-    if rollout.backup is not None:
-        measured["backupJob"] = round(rollout.backup.seconds, 3)
+def finished_report(rollout: RolloutStatus, message: str) -> RollReport:
+    """The report of a roll that reached its end: Succeeded, or RolledBack when it restored the old one.
+    Not yet stamped: `measured` adds when it finished and what each step took."""
+    timestamps = dict(rollout.timestamps)
     if not rollout.restoring:
-        return roll_report(rollout, "Succeeded", message, timestamps=timestamps, durations=measured)
+        return roll_report(rollout, "Succeeded", message, timestamps=timestamps)
     why = rollout.failure_message or "the new revision failed"
     return roll_report(
-        rollout,
-        "RolledBack",
-        f"{why}; {message}",
-        reason=rollout.failure_reason,
-        timestamps=timestamps,
-        durations=measured,
+        rollout, "RolledBack", f"{why}; {message}", reason=rollout.failure_reason, timestamps=timestamps
     )
+
+
+def measured(report: RollReport, to_slot: SlotView | None, finished_at: str) -> RollReport:
+    """A finished roll's report with its end stamped and each step's duration read from the stamps."""
+    timestamps = {**report.timestamps, "finished": finished_at}
+    spans = durations(timestamps)
+    taken = spans | slot_durations(to_slot, spans)
+    if report.backup is not None:
+        taken["backupJob"] = round(report.backup.seconds, 3)
+    return report.model_copy(update={"timestamps": timestamps, "durations": taken})
+
+
+def ended(report: RollReport, at: str) -> RollReport:
+    """An aborted or failed roll's report with its end stamped (`aborted`, `failed`)."""
+    return report.model_copy(update={"timestamps": {**report.timestamps, report.result.lower(): at}})
+
+
+def finished_text(report: RollReport) -> str:
+    """The Event of a finished roll: what it did, and how long it took (and the planned outage)."""
+    total, outage = report.durations.get("total"), report.durations.get("outage")
+    text = f"{report.message} in {total}s" if total is not None else report.message
+    return text + (f" (planned outage {outage}s)" if outage is not None else "")
 
 
 _OUTCOME = {"Aborted": "was aborted", "Failed": "failed", "RolledBack": "was rolled back"}
@@ -125,7 +137,8 @@ REASSERT_CONDITION = "BootstrapReassertNeeded"
 
 def reassert_needed(rollout: RolloutStatus, result: str, name: str) -> str | None:
     """After an aborted version upgrade whose new kcp had started: why the serving kcp should re-assert
-    its bootstrap (DESIGN.md section 4), and the one command that does it; None when nothing to do.
+    its bootstrap (docs/design.md#re-assert-after-an-aborted-upgrade), and the one command that does it;
+    None when nothing to do.
 
     Only an abort leaves it to the user: the old kcp served throughout and never bootstrapped again. A
     Single roll that rolled back started the old kcp again, which re-asserted its bootstrap by itself.

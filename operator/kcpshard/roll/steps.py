@@ -10,15 +10,14 @@ import datetime
 
 from kcpshard.api.models import RolloutStatus, Shape, SlotName
 from kcpshard.k8s import names
-from kcpshard.kcp.flags import front_url
-from kcpshard.roll import lease, promotion
+from kcpshard.kcp.flags import BACKUP_NEEDS_ETCD, front_url
+from kcpshard.roll import ending, lease, promotion
 from kcpshard.roll.actions import (
     PROBE_PREFIX,
     Action,
     Advance,
     CreateSlot,
     DeleteSlot,
-    Finish,
     Flip,
     KillSlot,
     Probe,
@@ -40,14 +39,10 @@ from kcpshard.roll.rollout import (
     roll_spec,
     slot_spec,
 )
+from kcpshard.roll.route import next_step
 
 # While kcp's lease cannot be read, read it again after this long (until the handover's deadline).
 LEASE_RETRY_SECONDS = 2.0
-
-
-def after_backup(shape: Shape, has_old: bool) -> Step:
-    # Single shape: the old slot stops first (a planned outage), then the new one starts in its place.
-    return Step.STOPPING_OLD if shape is Shape.SINGLE and has_old else Step.STARTING
 
 
 def remove(slot: SlotView, why: str) -> Action:
@@ -60,15 +55,20 @@ def remove(slot: SlotView, why: str) -> Action:
 def backing_up(obs: Observed, rollout: RolloutStatus) -> Action:
     spec = roll_spec(obs)
     backup = obs.backup
+    if spec.store.etcd is None:
+        # No Job can snapshot kine: refused before anything runs (the spec's check says so at the start).
+        return abort(obs, rollout, "InvalidSpec", BACKUP_NEEDS_ETCD)
     if backup is None:
-        return StartBackup(backup_job_name(obs.name, rollout), spec, rollout.target_revision)
+        job = backup_job_name(obs.name, rollout)
+        return StartBackup(job, spec, rollout.target_revision, etcd=spec.store.etcd)
     if backup.error is not None:
         why = f"the store backup (Job {backup.job}) failed: {backup.error}"
         return abort(obs, rollout, "BackupFailed", why)
     if backup.report is not None:
-        nxt = after_backup(rollout.shape, rollout.from_slot is not None)
         return Advance(
-            nxt, f"store saved to {backup.report.path} in {backup.report.seconds:.2f}s", backup.report
+            next_step(rollout, Step.BACKING_UP),
+            f"store saved to {backup.report.path} in {backup.report.seconds:.2f}s",
+            backup.report,
         )
     until = deadline(rollout, spec.roll.backup_timeout_seconds)
     if obs.now >= until:
@@ -116,7 +116,7 @@ def starting(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Acti
         # be terminating, and the new slot must never meet it under the same name.
         start = obs.job_starts.get((to_slot, want), -1) + 1
         return CreateSlot(to_slot, want, start, slot_spec(obs, rollout), roll_id=rollout.id)
-    return Advance(Step.WAITING_READY, f"slot {to.name.value} created")
+    return Advance(next_step(rollout, Step.STARTING), f"slot {to.name.value} created")
 
 
 def waiting_ready(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Action:
@@ -144,7 +144,8 @@ def waiting_ready(obs: Observed, rollout: RolloutStatus, to: SlotView | None) ->
             f"slot {to.name.value} exited{code} before it was ready{why}; see kubectl logs job/{job_name}",
         )
     if to.true("Ready") and to.port:
-        return Advance(Step.FLIPPING, f"slot {to.name.value} is ready on port {to.port}")
+        ready = f"slot {to.name.value} is ready on port {to.port}"
+        return Advance(next_step(rollout, Step.WAITING_READY), ready)
     until = deadline(rollout, spec.roll.ready_timeout_seconds)
     if obs.now >= until:
         if to.started_at is None and not to.conditions:
@@ -195,12 +196,10 @@ def flipped(rollout: RolloutStatus, to: SlotName, port: int) -> Advance:
     """The front serves the new slot: mark both slots, record the spec that now serves, publish its
     kcp-admin kubeconfig, and go on with the shape's next step."""
     message = f"the front serves slot {to.value} on port {port}"
-    if rollout.shape is Shape.BLUE_GREEN and rollout.from_slot and not rollout.restoring:
-        nxt = Step.STOPPING_OLD
-    else:
-        # Single shape: the old slot stopped before this one started. The first slot too: a shard created
-        # again on a kept store finds its predecessor's lease.
-        nxt = Step.HANDING_OVER_LEASE
+    # Blue/green stops the old slot now; Single stopped it before this one started. After either, and
+    # after a first slot too (a shard created again on a kept store finds its predecessor's lease), the
+    # lease is handed over.
+    nxt = next_step(rollout, Step.FLIPPING)
     # The slots' conditions go first: an operator stopped between the writes redoes them all.
     marks = [SlotMark(to.value, "Flipped", "True", "FrontServes", message)]
     if rollout.from_slot and rollout.from_slot != to.value:
@@ -212,7 +211,7 @@ def flipped(rollout: RolloutStatus, to: SlotName, port: int) -> Advance:
 
 def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:
     single = rollout.shape is Shape.SINGLE
-    nxt = Step.STARTING if single else Step.HANDING_OVER_LEASE
+    nxt = next_step(rollout, Step.STOPPING_OLD)
     if old is None or old.gone or (single and old.revision != rollout.from_revision):
         return Advance(nxt, f"slot {rollout.from_slot} has stopped")
     if old.job is not None and not old.job.deleting:
@@ -269,36 +268,39 @@ def probing(obs: Observed, rollout: RolloutStatus) -> Action:
 
 def probed(rollout: RolloutStatus, message: str) -> Advance:
     mark = SlotMark(rollout.to_slot, "Probed", "True", "WorkspaceReady", message)
-    return Advance(Step.DRAINING if rollout.from_slot else Step.RETIRING, message, marks=(mark,))
+    return Advance(next_step(rollout, Step.PROBING), message, marks=(mark,))
 
 
 def draining(obs: Observed, rollout: RolloutStatus) -> Action:
     old = rollout.from_slot
     if old is None or old == rollout.to_slot:
-        return Advance(Step.RETIRING, "no old slot to drain")
+        return Advance(next_step(rollout, Step.DRAINING), "no old slot to drain")
     front = obs.status.front
     open_conns = front.connections.get(old, 0) if front else 0
     if open_conns == 0:
-        return Advance(Step.RETIRING, f"no connections left on slot {old}")
+        return Advance(next_step(rollout, Step.DRAINING), f"no connections left on slot {old}")
     until = deadline(rollout, roll_spec(obs).roll.drain_timeout_seconds)
     if obs.now >= until:
         if front is None or front.drain != old:
             return RequestDrain(SlotName(old))
         # The front was asked to close them; the old kcp has exited anyway, so do not wait on it forever.
         return Advance(
-            Step.RETIRING, f"asked the front to close the {open_conns} connection(s) left on slot {old}"
+            next_step(rollout, Step.DRAINING),
+            f"asked the front to close the {open_conns} connection(s) left on slot {old}",
         )
     return Wait(f"{open_conns} connections still open on slot {old}", until=until)
 
 
-def retiring(rollout: RolloutStatus, old: SlotView | None) -> Action:
+def retiring(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:
     if old is not None and rollout.from_slot is not None and rollout.from_slot != rollout.to_slot:
         return remove(old, "retired after the roll")
     if rollout.restoring:
-        return Finish(f"slot {rollout.to_slot} serves the old revision {rollout.from_revision} again")
-    if rollout.reassert_token:
-        return Finish(
+        message = f"slot {rollout.to_slot} serves the old revision {rollout.from_revision} again"
+    elif rollout.reassert_token:
+        message = (
             f"slot {rollout.to_slot} serves revision {rollout.target_revision}; "
             "its kcp re-asserted its bootstrap"
         )
-    return Finish(f"slot {rollout.to_slot} serves revision {rollout.target_revision}")
+    else:
+        message = f"slot {rollout.to_slot} serves revision {rollout.target_revision}"
+    return ending.finish(obs, rollout, message)

@@ -173,7 +173,7 @@ class PodIdentity:
     def __init__(self, api: ApiClient, seconds: int = TOKEN_SECONDS) -> None:
         self.api = api
         self.seconds = seconds
-        self._ca = ca_pem(api.config)
+        self._ca = ca_pem(api.credentials)
 
     @staticmethod
     def service_account(pod: Mapping[str, Any]) -> str | None:
@@ -205,7 +205,7 @@ class PodIdentity:
         token = await self._token(pod, account)
         namespace = str((pod.get("metadata") or {}).get("namespace"))
         path = write_token_kubeconfig(
-            pod_dir / "serviceaccount", self.api.config.server, self._ca, token, namespace
+            pod_dir / "serviceaccount", self.api.credentials.server, self._ca, token, namespace
         )
         return path, token
 

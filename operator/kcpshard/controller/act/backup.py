@@ -7,22 +7,18 @@ from kcpshard.k8s import backup_job
 from kcpshard.k8s.api import JOBS
 from kcpshard.roll.actions import StartBackup
 from kcpshard.roll.observed import Observed
-from kcpshard.roll.outcomes import Failed
 
 
-async def start_backup(ctx: ActContext, action: StartBackup, obs: Observed) -> Failed | None:
-    """Create the backup Job; Failed when no Job can be built for this store (e.g. kine)."""
-    try:
-        job = backup_job.backup_job(
-            dict(obs.shard),
-            action.spec,
-            revision=action.revision,
-            attempt=0,
-            image=ctx.config.image,
-            agent_command=ctx.config.agent_command,
-            name=action.job,
-        )
-    except ValueError as exc:
-        return Failed("BackupFailed", str(exc))
+async def start_backup(ctx: ActContext, action: StartBackup, obs: Observed) -> None:
+    """Create the backup Job of the etcd store the plan named."""
+    job = backup_job.backup_job(
+        dict(obs.shard),
+        action.spec,
+        revision=action.revision,
+        attempt=0,
+        image=ctx.config.image,
+        agent_command=ctx.config.agent_command,
+        name=action.job,
+        etcd=action.etcd,
+    )
     await create_once(ctx, JOBS, job)
-    return None

@@ -1,0 +1,114 @@
+"""The front agent's own pod: its state dir (one per pod, so a replacement front runs beside the one it
+replaces), the marker that tells an agent started again in it that it is a restart, the file the pod's
+readiness probe tests, and the other pods of the same front."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+
+from kcpshard.agent.lognotes import Notes, short
+from kcpshard.api.conditions import now
+from kcpshard.k8s.api import PODS, ApiClient
+from kcpshard.k8s.builders import component_selector
+from kcpshard.k8s.names import front_name
+from kcpshard.retry import Passing
+
+log = logging.getLogger("kcpshard.agent.front")
+
+# The readiness probe of the front's pod tests this file in the agent's state dir.
+READY_FILE = "serving"
+# Left in the state dir by the agent's first start in a pod: a later start there is a restart.
+STARTED_FILE = "started"
+
+
+class FrontPod:
+    def __init__(
+        self,
+        api: ApiClient,
+        namespace: str,
+        shard: str,
+        state_dir: Path,
+        pod: str | None,
+        notes: Notes,
+        passes: Passing,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.shard = shard
+        self.state_dir = state_dir
+        self.name = pod  # None outside a pod (a test, a run by hand)
+        self.notes = notes
+        self.passes = passes  # the API errors that leave the pods unknown this time
+        # Exists while every member serves the desired backend: the pod's readiness probe tests it, so
+        # a replacement front is Ready (and the old one goes) only once it serves.
+        self.ready_file = state_dir / READY_FILE
+        self._ready = False
+        # A file left by this pod's previous container would pass the probe before HAProxy listens.
+        with contextlib.suppress(OSError):
+            self.ready_file.unlink(missing_ok=True)
+
+    def restarted(self) -> str | None:
+        """An agent started again in the same pod (its container crashed or was killed) finds the marker
+        its first start left in the pod's state dir: what to report as its restart; None on a first start."""
+        marker = self.state_dir / STARTED_FILE
+        try:
+            if marker.exists():
+                where = f" in pod {self.name}" if self.name else ""
+                return f"front agent{where} exited and was started again at {now()}"
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError as exc:
+            self.notes.problem(f"cannot keep the start marker {marker}: {short(exc)}")
+        return None
+
+    async def forget_gone(self) -> None:
+        """Remove the state dirs of this front's pods that no longer exist (each pod has its own)."""
+        if self.name is None:
+            return
+        pods = await self.front_pods()
+        if pods is None:
+            return
+        live = set(pods)
+        prefix = f"{front_name(self.shard)}-"
+        for entry in self.state_dir.parent.iterdir():
+            if entry.is_dir() and entry.name.startswith(prefix) and entry.name not in live | {self.name}:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    async def front_pods(self) -> dict[str, str] | None:
+        """This shard's front pods: name -> phase; None (logged) when they cannot be listed."""
+        selector = component_selector(self.shard, "front")
+        try:
+            pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
+        except Exception as exc:
+            if not self.passes(exc):
+                raise
+            self.notes.problem(f"cannot list the front's pods: {short(exc)}")
+            return None
+        return {str(p["metadata"]["name"]): str((p.get("status") or {}).get("phase")) for p in pods}
+
+    async def replaced(self) -> list[str]:
+        """Other running pods of this shard's front: while the Deployment replaces this front, the old pod
+        holds the port, and the new one shares it (SO_REUSEPORT) rather than waiting for it to go."""
+        if self.name is None:
+            return []
+        pods = await self.front_pods()
+        if pods is None:
+            return []
+        return [name for name, phase in pods.items() if name != self.name and phase == "Running"]
+
+    def mark_ready(self, ready: bool) -> None:
+        if ready == self._ready:
+            return
+        try:
+            if ready:
+                self.ready_file.parent.mkdir(parents=True, exist_ok=True)
+                self.ready_file.touch()
+            else:
+                self.ready_file.unlink(missing_ok=True)
+        except OSError as exc:
+            self.notes.problem(f"cannot mark the front ready in {self.ready_file}: {short(exc)}")
+            return
+        self._ready = ready
