@@ -170,12 +170,7 @@ async def dev_environment(
                 await real_node.start(api_client, tuple(images))
                 stack.push_async_callback(real_node.stop)
                 if operator_image is not None:
-                    await install_operator(
-                        admin,
-                        directory / "operator-overlay",
-                        image=operator_image,
-                        agent_image=operator_image,
-                    )
+                    await install_operator(admin, directory / "operator-overlay", image=operator_image)
             else:
                 runner = WorkloadRunner(
                     api_client, directory / "sandbox", node_name=NODE_NAME, extra_env=env, kubelet_only=True

@@ -35,15 +35,24 @@ def split_image(reference: str) -> tuple[str, str]:
     return name, tag
 
 
-def operator_overlay(directory: Path, *, image: str, agent_image: str, liveness_port: int) -> Path:
+def operator_overlay(directory: Path, *, image: str, liveness_port: int) -> Path:
     """Write the overlay's kustomization.yaml into `directory`; returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     name, tag = split_image(image)
     container = "/spec/template/spec/containers/0"
+    base = yaml.safe_load((DEPLOY_BASE / "operator.yaml").read_text())
+    command = base["spec"]["template"]["spec"]["containers"][0]["command"]
+    # deploy/base's liveness address, found by value rather than by a fixed index
+    liveness = next(i for i, arg in enumerate(command) if arg.startswith("--liveness="))
     patch = [
         {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
         {"op": "add", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirstWithHostNet"},
-        {"op": "add", "path": f"{container}/command/-", "value": f"--image={agent_image}"},
+        {
+            "op": "replace",
+            "path": f"{container}/command/{liveness}",
+            "value": f"--liveness=http://127.0.0.1:{liveness_port}/healthz",
+        },
+        {"op": "add", "path": f"{container}/command/-", "value": f"--image={image}"},
         {"op": "replace", "path": f"{container}/livenessProbe/httpGet/port", "value": liveness_port},
         # On the host network the kubelet would probe the node's address; the endpoint is on loopback.
         {"op": "add", "path": f"{container}/livenessProbe/httpGet/host", "value": "127.0.0.1"},
@@ -60,42 +69,16 @@ def operator_overlay(directory: Path, *, image: str, agent_image: str, liveness_
         "resources": [os.path.relpath(DEPLOY_BASE, directory)],
         "images": [{"name": "kcpshard", "newName": name, "newTag": tag}],
         "patches": [
-            {
-                "target": {"kind": "Deployment", "name": OPERATOR_DEPLOYMENT},
-                "patch": json.dumps(patch),
-            },
-            {
-                # deploy/base's liveness address names port 8080; the probe above moved
-                "target": {"kind": "Deployment", "name": OPERATOR_DEPLOYMENT},
-                "patch": json.dumps(_liveness_arg_patch(liveness_port)),
-            },
+            {"target": {"kind": "Deployment", "name": OPERATOR_DEPLOYMENT}, "patch": json.dumps(patch)}
         ],
     }
     (directory / "kustomization.yaml").write_text(json.dumps(kustomization, indent=2))
     return directory
 
 
-def _liveness_arg_patch(port: int) -> list[dict[str, object]]:
-    """The `--liveness=` argument of deploy/base's command, found by value rather than by index."""
-    command = _base_command()
-    index = next(i for i, arg in enumerate(command) if arg.startswith("--liveness="))
-    return [
-        {
-            "op": "replace",
-            "path": f"/spec/template/spec/containers/0/command/{index}",
-            "value": f"--liveness=http://127.0.0.1:{port}/healthz",
-        }
-    ]
-
-
-def _base_command() -> list[str]:
-    deployment = yaml.safe_load((DEPLOY_BASE / "operator.yaml").read_text())
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
-
-
-async def install_operator(kubeconfig: Path, directory: Path, *, image: str, agent_image: str) -> None:
+async def install_operator(kubeconfig: Path, directory: Path, *, image: str) -> None:
     """`kubectl apply -k` of the overlay; returns once a replica is available (the other may wait Pending)."""
-    overlay = operator_overlay(directory, image=image, agent_image=agent_image, liveness_port=free_port())
+    overlay = operator_overlay(directory, image=image, liveness_port=free_port())
     await kubectl(kubeconfig, "apply", "-k", str(overlay))
     await kubectl(
         kubeconfig,
