@@ -567,3 +567,18 @@ async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
         await eventually(lambda: holds(agent.ready_file.exists()))  # both of its HAProxy listen
     assert stub.front()["restarts"] == 1
     assert sorted(p.name for p in (tmp_path / "front").iterdir()) == [second]
+
+
+async def test_a_replacement_front_starts_its_haproxy_with_the_desired_server(
+    tmp_path: Path, echoes: tuple[Echo, Echo], front_port: int
+) -> None:
+    """A new front pod shares the port with the one it replaces from its HAProxy's first instant: a
+    connection the kernel hands it then must reach the slot, so it starts with the server, never without."""
+    a, _ = echoes
+    stub = StubApi(shard_body(front_port))
+    stub.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
+    async with running_agent(stub, tmp_path / "front") as agent:
+        await eventually(lambda: holds(agent.ready_file.exists()))
+        for member in agent.members:
+            assert f"server a 127.0.0.1:{a.port}\n" in member.config_path.read_text()
+        assert await answer(front_port, "first") == "a:first"

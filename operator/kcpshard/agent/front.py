@@ -221,15 +221,20 @@ class FrontAgent:
 
     async def _reconcile(self) -> None:
         pair = self.pair
-        running = await pair.ensure(self._front_spec())
         obj = self._obj
+        front_status = ((obj or {}).get("status") or {}).get("front") or {}
+        wanted, ignored = report.desired(front_status)
+        if wanted is not None and wanted != pair.target:
+            # Before any start: a replacement pod's HAProxy shares the port with the pod it replaces and
+            # takes new connections from its first instant, so it must start with the server, not none.
+            log.info("new connections now go to slot %s (port %s)", *wanted)
+            pair.target = wanted
+        running = await pair.ensure(self._front_spec())
         if obj is None:
             if pair.target is not None:
                 # KcpShard gone: a restarted HAProxy still gets the last backend, as the old one kept it.
                 await pair.apply(running, pair.target)
             return
-        front_status = (obj.get("status") or {}).get("front") or {}
-        wanted, ignored = report.desired(front_status)
         if ignored is not None:
             self.notes.warn_once(ignored)
         patch = await self._serving_patch(running, front_status, wanted) if running else {}
@@ -253,9 +258,6 @@ class FrontAgent:
         pair = self.pair
         if wanted is not None:
             await pair.apply(running, wanted)
-            if wanted != pair.target:
-                log.info("new connections now go to slot %s (port %s)", *wanted)
-            pair.target = wanted
         serving = report.agreed(pair.applied.get(index) for index in running)
         patch = report.observed(front_status, serving, announce=pair.announce, now=now())
         connections = await pair.connections(running)

@@ -51,7 +51,7 @@ class HAProxyPair:
         # The backend each running member serves, by its index in `members`.
         self.applied: dict[int, Backend | None] = {}
         self.serving: set[int] = set()  # members started by us and not seen dead since
-        self.target: Backend | None = None  # the last backend applied, kept across HAProxy restarts
+        self.target: Backend | None = None  # the desired backend: members start with it and keep it
         self.error: str | None = None  # what status.front.error should say: None while HAProxy serves
         # Members seen dead and started again (status.front.restarts), counted on from the status.
         self.restarts = 0
