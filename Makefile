@@ -20,8 +20,11 @@ lint: bootstrap
 typecheck: bootstrap
 	$(BIN)/mypy
 
+# Two workers (the machines have two cores; the end-to-end tests mostly wait on clusters). A test module
+# stays on one worker: tests/node shares one cluster with a real node per module. PYTEST_WORKERS=0: serial.
+PYTEST_WORKERS ?= 2
 pytest: bootstrap tools image test-image
-	$(BIN)/pytest --durations=25
+	$(BIN)/pytest --durations=25 -n $(PYTEST_WORKERS) --dist loadfile
 
 test: lint typecheck pytest
 
