@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the real parts the tests run on, from their Go modules, with the go.mod files beside
 # this script: kube-apiserver and kube-controller-manager, etcd and etcdctl 3.6, kcp (two
-# minors: v0.31.2 and v0.30.0), kine, kstatus (a checker of Flux's health rule) and argocd-lua (Argo
-# CD's Lua VM and argocd-cm parser, which run our Argo CD health checks). Each binary
+# minors: v0.31.2 and v0.30.0), kine, kstatus (a checker of Flux's health rule), argocd-lua (Argo
+# CD's Lua VM and argocd-cm parser, which run our Argo CD health checks) and promtool (Prometheus' rule
+# checker). Each binary
 # is built once per key (its module's go.mod/go.sum, our mains, the build line and the Go
 # version) into a cache outside the checkout, and linked into
 # hack/tools/bin. A part that fails to build is reported with its module and error; the others
@@ -59,6 +60,9 @@ tools() {
   echo "kstatus|kstatus|.|0||-s -w|cli-utils-v0.37.2"
   # Argo CD's health of a resource from argocd-cm, with its own util/lua (tests/process/test_argocd_health.py)
   echo "argocd-lua|argocd-lua|.|0||-s -w|argo-cd-v3.2.12"
+  # Prometheus' promtool checks and unit-tests the alerting rules (tests/process/test_alerts.py);
+  # remove_all_sd leaves out the service discovery plugins, which rule checks never use
+  echo "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|0|remove_all_sd|-s -w|v3.16.0"
 }
 
 key_of() { # module dir, build line

@@ -4,8 +4,8 @@ One overlay over `deploy/base`, written per cluster, changes only what this test
 - the image: the one `make image` built and the node imported (`images:`), and the same image for the
   agent Jobs (`--image`: the operator does not know its own image);
 - the host network: the test node routes no pod network (see `node.py`), so the operator's pods reach the
-  API server on the node's loopback, as the agents already do. Its liveness port moves to a free one,
-  declared as a hostPort, so the scheduler keeps a second replica from the same node's port: one replica
+  API server on the node's loopback, as the agents already do. Its liveness and metrics ports move to free
+  ones, declared as hostPorts, so the scheduler keeps a second replica from the same node's port: one replica
   runs per node, the other waits Pending, as on any one-node cluster with host ports.
 Everything else (ServiceAccount, RBAC, non-root user, liveness probe, resources) is deploy/base's.
 """
@@ -35,7 +35,7 @@ def split_image(reference: str) -> tuple[str, str]:
     return name, tag
 
 
-def operator_overlay(directory: Path, *, image: str, liveness_port: int) -> Path:
+def operator_overlay(directory: Path, *, image: str, liveness_port: int, metrics_port: int) -> Path:
     """Write the overlay's kustomization.yaml into `directory`; returns the directory."""
     directory.mkdir(parents=True, exist_ok=True)
     name, tag = split_image(image)
@@ -44,6 +44,7 @@ def operator_overlay(directory: Path, *, image: str, liveness_port: int) -> Path
     command = base["spec"]["template"]["spec"]["containers"][0]["command"]
     # deploy/base's liveness address, found by value rather than by a fixed index
     liveness = next(i for i, arg in enumerate(command) if arg.startswith("--liveness="))
+    metrics = next(i for i, arg in enumerate(command) if arg.startswith("--metrics-port="))
     patch = [
         {"op": "add", "path": "/spec/template/spec/hostNetwork", "value": True},
         {"op": "add", "path": "/spec/template/spec/dnsPolicy", "value": "ClusterFirstWithHostNet"},
@@ -52,14 +53,22 @@ def operator_overlay(directory: Path, *, image: str, liveness_port: int) -> Path
             "path": f"{container}/command/{liveness}",
             "value": f"--liveness=http://127.0.0.1:{liveness_port}/healthz",
         },
+        {
+            "op": "replace",
+            "path": f"{container}/command/{metrics}",
+            "value": f"--metrics-port={metrics_port}",
+        },
         {"op": "add", "path": f"{container}/command/-", "value": f"--image={image}"},
         {"op": "replace", "path": f"{container}/livenessProbe/httpGet/port", "value": liveness_port},
         # On the host network the kubelet would probe the node's address; the endpoint is on loopback.
         {"op": "add", "path": f"{container}/livenessProbe/httpGet/host", "value": "127.0.0.1"},
         {
-            "op": "add",
+            "op": "replace",
             "path": f"{container}/ports",
-            "value": [{"name": "liveness", "containerPort": liveness_port, "hostPort": liveness_port}],
+            "value": [
+                {"name": "liveness", "containerPort": liveness_port, "hostPort": liveness_port},
+                {"name": "metrics", "containerPort": metrics_port, "hostPort": metrics_port},
+            ],
         },
         {"op": "add", "path": f"{container}/imagePullPolicy", "value": "Never"},
     ]
@@ -78,7 +87,7 @@ def operator_overlay(directory: Path, *, image: str, liveness_port: int) -> Path
 
 async def install_operator(kubeconfig: Path, directory: Path, *, image: str) -> None:
     """`kubectl apply -k` of the overlay; returns once a replica is available (the other may wait Pending)."""
-    overlay = operator_overlay(directory, image=image, liveness_port=free_port())
+    overlay = operator_overlay(directory, image=image, liveness_port=free_port(), metrics_port=free_port())
     await kubectl(kubeconfig, "apply", "-k", str(overlay))
     await kubectl(
         kubeconfig,

@@ -11,6 +11,7 @@ from typing import Any
 import kopf
 import prometheus_client
 
+from kcpshard import __version__, metrics
 from kcpshard.controller import handlers  # noqa: F401  (registers the handlers)
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.settings import own_identity
@@ -71,6 +72,7 @@ def run(argv: list[str]) -> int:
     if not args.verbose:
         logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.metrics_port is not None:
+        metrics.BUILD.info({"version": __version__})
         prometheus_client.start_http_server(args.metrics_port)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(kopf.operator(**operator_kwargs(args)))

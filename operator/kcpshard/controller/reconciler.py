@@ -13,7 +13,7 @@ import logging
 
 import httpx
 
-from kcpshard import retry
+from kcpshard import metrics, retry
 from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.dispatch import Dispatcher
@@ -75,6 +75,7 @@ class ShardReconciler:
             while not stopped.is_set():
                 try:
                     if not await self._acquire():
+                        metrics.forget(self.namespace, self.name)  # another replica reports it
                         await self._sleep(stopped, max(self.config.lease_seconds / 3, 0.5))
                         continue
                     if renewer is None and self._lock is not None:
@@ -98,6 +99,7 @@ class ShardReconciler:
         finally:
             if renewer is not None:
                 renewer.cancel()
+            metrics.forget(self.namespace, self.name)
             if self._lock is not None:
                 await self._lock.release()
 

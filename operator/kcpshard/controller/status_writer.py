@@ -78,11 +78,14 @@ class StatusWriter:
         self._known = await mutate_status(
             self.api, KCPSHARDS, self.namespace, self.name, tracked, known=known
         )
+        if self._known is not None:
+            metrics.shard_seen(self.namespace, self.name, self._known)
         return wrote
 
     def known(self, body: Mapping[str, Any]) -> None:
         """The shard as a round just read it: the first write of the round starts from it, not a GET."""
         self._known = body
+        metrics.shard_seen(self.namespace, self.name, body)
 
     def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:
         if not seen.shard:
@@ -106,7 +109,6 @@ class StatusWriter:
 
     async def stall(self, seen: Seen, reason: str, message: str) -> None:
         wrote = await self._mutate(changes.stall(seen.generation, reason, message))
-        metrics.stalled(self.namespace, self.name, True)
         if wrote:  # the same Stalled again is no news
             self.event(seen, reason, message, warning=True)
 
@@ -116,6 +118,7 @@ class StatusWriter:
 
     async def front_restarts_reported(self, obs: Observed, action: ReportFrontRestarts) -> None:
         if await self._mutate(changes.front_restarts_reported(action.total)):
+            metrics.front_restarted(self.namespace, self.name, action.new)
             times = "once" if action.new == 1 else f"{action.new} times"
             self.event(
                 obs,
@@ -142,7 +145,6 @@ class StatusWriter:
 
     async def start_roll(self, obs: Observed, action: StartRoll) -> None:
         await self._mutate(changes.start_roll(action.rollout, obs.generation, action.event.message))
-        metrics.roll_started(self.namespace, self.name)
         self.tell(obs, action.event)
 
     async def advance(self, obs: Observed, action: Advance) -> None:
@@ -166,8 +168,7 @@ class StatusWriter:
         rollout = _rollout(obs)
         report = measured(action.report, action.to_slot, cond.now_precise())
         await self._mutate(changes.finish(rollout, report, obs.generation, action.verdict))
-        metrics.roll_finished(self.namespace, self.name, report.result, report.durations)
-        metrics.stalled(self.namespace, self.name, action.verdict.stalls)
+        metrics.roll_ended(self.namespace, self.name, report.result, report.reason, report.durations)
         self.event(obs, action.event, finished_text(report), warning=action.warning)
 
     async def abort(self, obs: Observed, action: Abort) -> None:
@@ -192,8 +193,7 @@ class StatusWriter:
         )
         if end.reassert is not None:
             self.event(obs, REASSERT_CONDITION, end.reassert, warning=True)
-        metrics.roll_finished(self.namespace, self.name, report.result, {})
-        metrics.stalled(self.namespace, self.name, end.verdict.stalls)
+        metrics.roll_ended(self.namespace, self.name, report.result, report.reason, {})
         self.tell(obs, end.event)
 
 
