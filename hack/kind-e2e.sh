@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A blue/green roll of a real kcp in a real Kubernetes cluster (kind), with a client sending requests
 # through the front the whole time:
-#   a kind cluster; the image built and loaded; kubectl apply -k deploy/base and the agents' binding
-#   (deploy/samples); a KcpShard from examples/kcpshard.yaml that runs the real kcp $KCP_FROM; a roll to
-#   $KCP_TO; checks (the roll succeeded, the new version serves, no client request failed); cleanup.
+#   a kind cluster; the image built and loaded; kubectl apply -k deploy/base; a KcpShard from
+#   examples/kcpshard.yaml that runs the real kcp $KCP_FROM; a roll to $KCP_TO; checks (the roll
+#   succeeded, the new version serves, no client request failed); cleanup.
 #
 # Needs Docker (a running daemon), kind, and KCP_IMAGE: the repository of kcp's official image
 # (<registry>/kcp-dev/kcp, as kcp's documentation names it; its tags are kcp's versions). The
@@ -93,9 +93,8 @@ for version in "$KCP_FROM" "$KCP_TO"; do
   docker cp "$WORK/kcp-$version" "$NODE:$BIN_ON_NODE/kcp-$version"
 done
 
-log "operator: deploy/base, the agents' binding"
+log "operator: deploy/base (each shard's agents get their identity from the operator)"
 kubectl apply -k deploy/base
-kubectl apply -f deploy/samples/agent-rolebinding.yaml
 kubectl -n kcpshard-system rollout status deployment/kcpshard-operator --timeout=180s
 
 log "the store: the cluster's etcd under /kcp, with the API server's etcd client certificate"

@@ -288,6 +288,19 @@ def shard_body(name: str = "root", **status: Any) -> dict[str, Any]:
 
 
 SPEC = KcpShardSpec.model_validate(SHARD_SPEC)
+
+# The agents' identity, made before the shard's first pod, and found as wanted afterwards.
+IDENTITY_MADE = [
+    ("create", "serviceaccounts", "root-agent"),
+    ("get", "roles", "root-agent"),
+    ("create", "roles", "root-agent"),
+    ("create", "rolebindings", "root-agent"),
+]
+IDENTITY_KEPT = [
+    ("create", "serviceaccounts", "root-agent"),
+    ("get", "roles", "root-agent"),
+    ("create", "rolebindings", "root-agent"),
+]
 REV = revision_of(SPEC)
 LOG = logging.getLogger("kcpshard.test")
 

@@ -90,8 +90,6 @@ async def apply_manifests(kubeconfig: Path, crd_dir: Path) -> None:
         str(crd_dir),
         "-f",
         str(DEPLOY / "base" / "namespace.yaml"),
-        "-f",
-        str(DEPLOY / "samples" / "agent-rolebinding.yaml"),
     )
     # deploy/base's kustomization puts these in kcpshard-system; -n does the same without the Deployment.
     await kubectl(
@@ -101,8 +99,6 @@ async def apply_manifests(kubeconfig: Path, crd_dir: Path) -> None:
         OPERATOR_NAMESPACE,
         "-f",
         str(DEPLOY / "base" / "rbac-operator.yaml"),
-        "-f",
-        str(DEPLOY / "base" / "rbac-agent.yaml"),
     )
     names = [f"crd/{path.stem}.kcpshard.dev" for path in sorted(crd_dir.glob("*.yaml"))]
     await kubectl(kubeconfig, "wait", "--for=condition=Established", "--timeout=60s", *names)

@@ -13,7 +13,19 @@ from typing import Any
 
 import pytest
 
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, LEASES, SECRETS, NotFound, ResourceRef
+from kcpshard.k8s.api import (
+    DEPLOYMENTS,
+    JOBS,
+    KCPSHARDS,
+    KCPSLOTS,
+    LEASES,
+    ROLEBINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICEACCOUNTS,
+    NotFound,
+    ResourceRef,
+)
 from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.stack import Stack, running_stack
@@ -45,6 +57,8 @@ async def _running(stack: Stack) -> None:
     assert any("haproxy" in c for c in commands), commands
     assert await _exists(stack, LEASES, "kcpshard-root")
     assert await _exists(stack, DEPLOYMENTS, "root-front")
+    for ref in (SERVICEACCOUNTS, ROLES, ROLEBINDINGS):  # the agents' identity
+        assert await _exists(stack, ref, "root-agent")
 
 
 async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
@@ -63,6 +77,8 @@ async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
     assert not await _exists(stack, DEPLOYMENTS, "root-front")
     assert not await _exists(stack, LEASES, "kcpshard-root")
     assert not await _exists(stack, SECRETS, "root-kcp-admin")
+    for ref in (SERVICEACCOUNTS, ROLES, ROLEBINDINGS):  # gone now, not later by garbage collection
+        assert not await _exists(stack, ref, "root-agent")
     if secret_kept:
         shared = await stack.api.get(SECRETS, "default", "root-shared")
         assert shared["data"].get("admin.kubeconfig"), sorted(shared["data"])

@@ -52,7 +52,6 @@ def test_kind_e2e_applies_the_projects_own_manifests() -> None:
     text = KIND_E2E.read_text()
     assert _applied_paths(text) == {
         "deploy/base",
-        "deploy/samples/agent-rolebinding.yaml",
         "examples/kcpshard.yaml",
     }
     for path in _applied_paths(text):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import REV, SPEC, RecordingApi, act_context, observed
+from fakes import IDENTITY_KEPT, IDENTITY_MADE, REV, SPEC, RecordingApi, act_context, observed
 from kcpshard.controller.act import backup, objects
 from kcpshard.k8s import builders
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, SECRETS, ApiError
+from kcpshard.k8s.api import DEPLOYMENTS, JOBS, ROLES, SECRETS, ApiError
 from kcpshard.roll.actions import StartBackup
 
 
@@ -25,11 +25,15 @@ async def test_front_is_created_then_replaced_at_its_resource_version() -> None:
     api = RecordingApi()
     obs = observed(api)
     await objects.create_front(act_context(api), obs)
-    assert api.requests == [("create", "deployments", "root-front")]
+    assert api.requests == [*IDENTITY_MADE, ("create", "deployments", "root-front")]
     api.touch(DEPLOYMENTS, "root-front", lambda d: d["metadata"].update(annotations={}))
     api.requests.clear()
     await objects.update_front(act_context(api), obs)
-    assert api.requests == [("get", "deployments", "root-front"), ("replace", "deployments", "root-front")]
+    assert api.requests == [
+        *IDENTITY_KEPT,
+        ("get", "deployments", "root-front"),
+        ("replace", "deployments", "root-front"),
+    ]
     front = api.stored(DEPLOYMENTS, "root-front")
     assert builders.TEMPLATE_HASH in front["metadata"]["annotations"]
 
@@ -51,5 +55,10 @@ async def test_backup_job_is_created_once_under_the_planned_name() -> None:
     action = StartBackup("root-backup-r1", SPEC, REV, etcd=SPEC.store.etcd)
     assert await backup.start_backup(act_context(api), action, observed(api)) is None
     assert await backup.start_backup(act_context(api), action, observed(api)) is None
-    assert api.writes() == [("create", "jobs", "root-backup-r1"), ("create", "jobs", "root-backup-r1")]
+    job = ("create", "jobs", "root-backup-r1")
+    assert [w for w in api.writes() if w[1] == "jobs"] == [job, job]
     assert api.names(JOBS) == ["root-backup-r1"]
+    # The agent of the backup Job may record its result on it, and on no other Job.
+    [jobs_rule] = [r for r in api.stored(ROLES, "root-agent")["rules"] if r["resources"] == ["jobs"]]
+    assert jobs_rule == {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"],
+                         "resourceNames": ["root-backup-r1"]}  # fmt: skip

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakes import REV, SPEC, RecordingApi, act_context, observed
+from fakes import IDENTITY_KEPT, IDENTITY_MADE, REV, SPEC, RecordingApi, act_context, observed
 from kcpshard.api.models import SlotName
 from kcpshard.controller.act import slots
 from kcpshard.k8s.api import JOBS, KCPSLOTS, PODS, ApiError
@@ -18,7 +18,7 @@ async def test_create_slot_writes_the_slot_then_its_job() -> None:
     obs = observed(api)
     job = await slots.create_slot(act_context(api), CreateSlot(SlotName.B, REV, 0, SPEC, roll_id="r1"), obs)
     assert job == JOB_B
-    assert api.requests == [("create", "kcpslots", "root-b"), ("create", "jobs", JOB_B)]
+    assert api.requests == [*IDENTITY_MADE, ("create", "kcpslots", "root-b"), ("create", "jobs", JOB_B)]
     slot = api.stored(KCPSLOTS, "root-b")
     assert slot["spec"] == {"shard": "root", "slot": "b", "revision": REV, "start": 0, "roll": "r1"}
     owner = api.stored(JOBS, JOB_B)["metadata"]["ownerReferences"][0]
@@ -42,6 +42,7 @@ async def test_create_slot_stopped_between_its_two_writes_finishes_the_job_the_n
     api.requests.clear()
     assert await slots.create_slot(act_context(api), action, obs) == JOB_B
     assert api.requests == [
+        *IDENTITY_KEPT,
         ("create", "kcpslots", "root-b"),
         ("get", "kcpslots", "root-b"),
         ("create", "jobs", JOB_B),
@@ -67,7 +68,7 @@ async def test_create_slot_passes_other_errors_on() -> None:
     api.fail("create", "kcpslots", error=ApiError(403, "Forbidden", "no"))
     with pytest.raises(ApiError, match="403"):
         await slots.create_slot(act_context(api), CreateSlot(SlotName.B, REV, 0, SPEC), observed(api))
-    assert api.requests == [("create", "kcpslots", "root-b")]
+    assert api.requests == [*IDENTITY_MADE, ("create", "kcpslots", "root-b")]
 
 
 async def test_delete_slot_deletes_the_kcpslot_in_the_background_and_a_missing_one_is_fine() -> None:

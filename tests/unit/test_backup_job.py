@@ -64,7 +64,7 @@ def test_backup_job_is_a_one_shot_job_on_the_shard_node_owned_by_the_shard() -> 
     assert pod["restartPolicy"] == "Never"
     assert pod["nodeName"] == "node-7"
     assert pod["hostNetwork"] is True
-    assert pod["serviceAccountName"] == builders.AGENT_SERVICE_ACCOUNT
+    assert pod["serviceAccountName"] == "root-agent"
     assert pod["volumes"][0]["hostPath"]["path"] == builders.STATE_ROOT
     assert pod["containers"][0]["volumeMounts"][0]["mountPath"] == builders.STATE_ROOT
     env = {e["name"]: e for e in pod["containers"][0]["env"]}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fakes import LOG, REV, SPEC, RecordedEvents, RecordingApi, RecordingKcp, lease, shard_body
+from fakes import IDENTITY_MADE, LOG, REV, SPEC, RecordedEvents, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api import conditions as cond
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.reconciler import ROUND_BACKOFF, ShardReconciler
@@ -99,7 +99,11 @@ async def test_a_new_shard_gets_its_secret_and_front_then_waits_for_the_front_to
     r = reconciler(api, kcp, events)
     waits = [await r.reconcile_once() for _ in range(3)]
     assert waits == [None, None, RESYNC_SECONDS]
-    assert api.writes() == [("create", "secrets", "root-shared"), ("create", "deployments", "root-front")]
+    assert api.writes() == [
+        ("create", "secrets", "root-shared"),
+        *[w for w in IDENTITY_MADE if w[0] == "create"],  # the agents' identity before their first pod
+        ("create", "deployments", "root-front"),
+    ]
     assert events.reasons == ["FrontCreated"]
 
 

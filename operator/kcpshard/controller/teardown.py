@@ -14,7 +14,19 @@ from typing import Any
 import kopf
 
 from kcpshard.k8s import builders, names
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSLOTS, LEASES, PODS, SECRETS, ApiClient, NotFound
+from kcpshard.k8s.api import (
+    DEPLOYMENTS,
+    JOBS,
+    KCPSLOTS,
+    LEASES,
+    PODS,
+    ROLEBINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICEACCOUNTS,
+    ApiClient,
+    NotFound,
+)
 from kcpshard.k8s.names import lease_name
 
 
@@ -46,6 +58,11 @@ async def tear_down(
             await api.delete(SECRETS, namespace, secret)
     with contextlib.suppress(NotFound):
         await api.delete(LEASES, namespace, lease_name(name))
+    # The agents' identity now rather than by garbage collection later: a shard made again at once under
+    # the same name must not find its new pods' ServiceAccount deleted under them.
+    for ref in (ROLEBINDINGS, ROLES, SERVICEACCOUNTS):
+        with contextlib.suppress(NotFound):
+            await api.delete(ref, namespace, names.agent_name(name))
     shared = names.shared_secret_name(name)
     if spec.get("deletionPolicy") == "Delete":
         with contextlib.suppress(NotFound):

@@ -111,6 +111,9 @@ class ResourceRef:
 
 PODS = ResourceRef("", "v1", "pods")
 SECRETS = ResourceRef("", "v1", "secrets")
+SERVICEACCOUNTS = ResourceRef("", "v1", "serviceaccounts")
+ROLES = ResourceRef("rbac.authorization.k8s.io", "v1", "roles")
+ROLEBINDINGS = ResourceRef("rbac.authorization.k8s.io", "v1", "rolebindings")
 CONFIGMAPS = ResourceRef("", "v1", "configmaps")
 EVENTS = ResourceRef("", "v1", "events")
 NAMESPACES = ResourceRef("", "v1", "namespaces", namespaced=False)

@@ -13,7 +13,6 @@ from typing import Any
 
 from kcpshard.api.models import BackupReport, EtcdStore, KcpShardSpec
 from kcpshard.k8s.builders import (
-    AGENT_SERVICE_ACCOUNT,
     DEFAULT_IMAGE,
     LABEL_REVISION,
     _downward_env,
@@ -23,7 +22,7 @@ from kcpshard.k8s.builders import (
     owner_reference,
     shard_state_dir,
 )
-from kcpshard.k8s.names import backup_job_name
+from kcpshard.k8s.names import agent_name, backup_job_name
 
 ANNOTATION_PATH = "kcpshard.dev/backup-path"
 ANNOTATION_SECONDS = "kcpshard.dev/backup-seconds"
@@ -96,7 +95,7 @@ def backup_job(
                     "nodeName": spec.node,
                     # etcd often listens on the node's loopback only.
                     "hostNetwork": True,
-                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    "serviceAccountName": agent_name(shard),
                     "containers": [
                         {
                             "name": "backup",

@@ -9,6 +9,7 @@ from typing import Any
 from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, SlotName
 from kcpshard.k8s.names import (
     admin_kubeconfig_secret_name,
+    agent_name,
     front_name,
     shared_secret_name,
     slot_admin_secret_name,
@@ -32,7 +33,6 @@ LABEL_REVISION = "kcpshard.dev/revision"
 LABEL_COMPONENT = "kcpshard.dev/component"
 LABEL_START = "kcpshard.dev/start"
 STATE_ROOT = "/var/lib/kcpshard"
-AGENT_SERVICE_ACCOUNT = "kcpshard-agent"
 # The tag of a local `docker build -t kcpshard:0.1.0 .`; the operator takes --image for a pushed one.
 DEFAULT_IMAGE = "kcpshard:0.1.0"
 # Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
@@ -204,7 +204,7 @@ def slot_job(
                     "restartPolicy": "Never",
                     "nodeName": spec.node,
                     "hostNetwork": True,
-                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    "serviceAccountName": agent_name(shard),
                     # Above kcp's shutdown delay, so kcp drains before the kubelet kills.
                     "terminationGracePeriodSeconds": stop_timeout + 10,
                     "containers": [
@@ -316,7 +316,7 @@ def front_deployment(
                 "spec": {
                     "nodeName": spec.node,
                     "hostNetwork": True,
-                    "serviceAccountName": AGENT_SERVICE_ACCOUNT,
+                    "serviceAccountName": agent_name(shard),
                     "terminationGracePeriodSeconds": 10,
                     "containers": [
                         {

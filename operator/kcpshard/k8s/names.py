@@ -46,6 +46,11 @@ def slot_admin_secret_name(slot_object: str) -> str:
     return fit(f"{slot_object}-kcp-admin")
 
 
+def agent_name(shard: str) -> str:
+    """The ServiceAccount, Role and RoleBinding the shard's agents act with."""
+    return fit(f"{shard}-agent")
+
+
 def front_name(shard: str) -> str:
     return fit(f"{shard}-front")
 

@@ -161,6 +161,9 @@ def builtin_types() -> list[ResourceType]:
             status_subresource=True,
         ),
         _builtin("coordination.k8s.io", "v1", "leases", "Lease"),
+        # The operator makes each shard's agent identity; the emulated server stores RBAC, never enforces it.
+        _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+        _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
         _builtin(
             "apiextensions.k8s.io",
             "v1",

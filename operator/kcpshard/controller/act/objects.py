@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kcpshard.controller.act.context import ActContext, create_once
+from kcpshard.controller.act.identity import ensure_agent_identity
 from kcpshard.k8s import builders
 from kcpshard.k8s.api import DEPLOYMENTS, SECRETS
 from kcpshard.roll.observed import Observed
@@ -15,11 +16,13 @@ async def create_shared_secret(ctx: ActContext, obs: Observed) -> None:
 
 
 async def create_front(ctx: ActContext, obs: Observed) -> None:
+    await ensure_agent_identity(ctx, obs, [obs.spec])
     await create_once(ctx, DEPLOYMENTS, _front(ctx, obs))
 
 
 async def update_front(ctx: ActContext, obs: Observed) -> None:
     """Replace the front Deployment with the one the spec asks for (guarded by its resourceVersion)."""
+    await ensure_agent_identity(ctx, obs, [obs.spec])  # an operator upgrade brings the identity too
     wanted = _front(ctx, obs)
     name = wanted["metadata"]["name"]
     current = await ctx.api.get(DEPLOYMENTS, ctx.namespace, name)

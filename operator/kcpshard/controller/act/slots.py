@@ -6,6 +6,7 @@ import contextlib
 
 from kcpshard.api.models import SlotName
 from kcpshard.controller.act.context import ActContext, create_once
+from kcpshard.controller.act.identity import ensure_agent_identity
 from kcpshard.k8s import builders, names
 from kcpshard.k8s.api import JOBS, KCPSLOTS, PODS, ApiError, NotFound
 from kcpshard.roll.actions import CreateSlot, KillSlot, StopSlot
@@ -18,6 +19,7 @@ async def create_slot(ctx: ActContext, action: CreateSlot, obs: Observed) -> str
     A KcpSlot already there (an operator stopped between the two writes) keeps its start counter:
     the Job is named after the slot object as it is.
     """
+    await ensure_agent_identity(ctx, obs, [action.spec])
     shard = dict(obs.shard)
     body = builders.kcpslot(shard, action.slot, action.revision, action.start, roll_id=action.roll_id)
     try:
