@@ -2,8 +2,8 @@
 # Builds the real parts the tests run on, from their Go modules, with the go.mod files beside
 # this script: kube-apiserver and kube-controller-manager, etcd and etcdctl 3.6, kcp (two
 # minors: v0.31.2 and v0.30.0), kine, kstatus (a checker of Flux's health rule), argocd-lua (Argo
-# CD's Lua VM and argocd-cm parser, which run our Argo CD health checks) and promtool (Prometheus' rule
-# checker). Each binary
+# CD's Lua VM and argocd-cm parser, which run our Argo CD health checks), promtool (Prometheus' rule
+# checker) and helm (renders and installs the chart). Each binary
 # is built once per key (its module's go.mod/go.sum, our mains, the build line and the Go
 # version) into a cache outside the checkout, and linked into
 # hack/tools/bin. A part that fails to build is reported with its module and error; the others
@@ -63,6 +63,8 @@ tools() {
   # Prometheus' promtool checks and unit-tests the alerting rules (tests/process/test_alerts.py);
   # remove_all_sd leaves out the service discovery plugins, which rule checks never use
   echo "promtool|promtool|github.com/prometheus/prometheus/cmd/promtool|0|remove_all_sd|-s -w|v3.16.0"
+  # Helm renders and installs the chart in deploy/helm (its Makefile: CGO off, the version stamped)
+  echo "helm|helm|helm.sh/helm/v4/cmd/helm|0||-s -w -X helm.sh/helm/v4/internal/version.version=v4.3.2|v4.3.2"
 }
 
 key_of() { # module dir, build line

@@ -12,6 +12,7 @@ Everything else (ServiceAccount, RBAC, non-root user, liveness probe, resources)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ from kcpshard_testkit.kubectl import kubectl
 from kcpshard_testkit.tcp import free_port
 
 DEPLOY_BASE = tools.REPO / "deploy" / "base"
+HELM_CHART = tools.REPO / "deploy" / "helm" / "kcpshard-operator"
 OPERATOR_NAMESPACE = "kcpshard-system"
 OPERATOR_DEPLOYMENT = "kcpshard-operator"
 
@@ -89,6 +91,45 @@ async def install_operator(kubeconfig: Path, directory: Path, *, image: str) -> 
     """`kubectl apply -k` of the overlay; returns once a replica is available (the other may wait Pending)."""
     overlay = operator_overlay(directory, image=image, liveness_port=free_port(), metrics_port=free_port())
     await kubectl(kubeconfig, "apply", "-k", str(overlay))
+    await _one_replica_available(kubeconfig)
+
+
+def helm_values(image: str, *, liveness_port: int, metrics_port: int) -> list[str]:
+    """The chart's values for the test node: what the overlay above changes, as `--set` arguments."""
+    name, tag = split_image(image)
+    values = {
+        "image.repository": name,
+        "image.tag": tag,
+        "image.pullPolicy": "Never",
+        "agentImage": image,
+        "hostNetwork": "true",
+        "liveness.host": "127.0.0.1",
+        "liveness.port": str(liveness_port),
+        "metricsPort": str(metrics_port),
+    }
+    return [arg for key, value in values.items() for arg in ("--set", f"{key}={value}")]
+
+
+async def install_operator_with_helm(kubeconfig: Path, *, image: str) -> str:
+    """`helm install` of deploy/helm/kcpshard-operator with the real helm (`make tools`); its output.
+
+    `--take-ownership`: the test cluster applied the CRDs and the operator's RBAC before its controllers
+    started (the operator's token needs its ServiceAccount); Helm adopts those identical objects."""
+    values = helm_values(image, liveness_port=free_port(), metrics_port=free_port())
+    proc = await asyncio.create_subprocess_exec(
+        str(tools.tool("helm")), "install", "kcpshard", str(HELM_CHART), "--namespace", OPERATOR_NAMESPACE,
+        "--create-namespace", "--take-ownership", "--kubeconfig", str(kubeconfig), *values,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    text = out.decode(errors="replace")
+    if proc.returncode != 0:
+        raise RuntimeError(f"helm install failed: {text.strip()}")
+    await _one_replica_available(kubeconfig)
+    return text
+
+
+async def _one_replica_available(kubeconfig: Path) -> None:
     await kubectl(
         kubeconfig,
         "-n",

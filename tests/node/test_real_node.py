@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard_testkit import scenario
 from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
 from kcpshard_testkit.stack import Stack, shard_manifest
 from kcpshard_testkit.tcp import free_port
-from kcpshard_testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
 
@@ -88,18 +89,37 @@ async def test_blue_green_roll_in_containers_loses_no_request(cluster: Stack, im
     async with scenario.traffic(cluster, port, "green") as load:
         await cluster.api.patch(KCPSHARDS, "default", "green", {"spec": {"kcp": {"version": "v0.32.2"}}})
 
-        async def rolled() -> dict[str, Any] | None:
-            shard = await cluster.shard("green")
-            status = shard.get("status") or {}
-            last = status.get("lastRoll") or {}
-            return shard if last.get("toSlot") == "b" and not status.get("rollout") else None
-
-        shard = await wait_for("the roll to slot b", rolled, timeout=240)
+        shard = await scenario.wait_last_roll(cluster, "green", timeout=240)
         await scenario.more_requests(load)
     report = load.report
     print(f"through the front during the roll: {report.ok} answered, {report.failed} failed")
     assert shard["status"]["lastRoll"]["result"] == "Succeeded", shard["status"]["lastRoll"]
+    assert shard["status"]["lastRoll"]["toSlot"] == "b"
     assert report.failed == 0, report
     assert report.ok > 0
     pods = _json(cluster, "get", "pods", "-l", "kcpshard.dev/shard=green")["items"]
     assert all(p["spec"]["containers"][0]["image"] for p in pods)
+
+
+def _metrics_port(stack: Stack) -> int:
+    deployment = _json(stack, "-n", OPERATOR_NAMESPACE, "get", "deployment", "kcpshard-operator")
+    ports = deployment["spec"]["template"]["spec"]["containers"][0]["ports"]
+    return int(next(p["hostPort"] for p in ports if p["name"] == "metrics"))
+
+
+async def test_the_operator_serves_the_shards_metrics(cluster: Stack) -> None:
+    """After the roll above: the replica holding the shard's Lease reports it Ready and the roll counted,
+    on the port deploy/base names `metrics` (what deploy/monitoring's PodMonitor scrapes)."""
+    async with httpx.AsyncClient() as client:
+        text = (await client.get(f"http://127.0.0.1:{_metrics_port(cluster)}/metrics", timeout=10)).text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    shard = (("namespace", "default"), ("shard", "green"))
+    assert samples[("kcpshard_shard_ready", shard)] == 1.0
+    assert samples[("kcpshard_stalled", shard)] == 0.0
+    succeeded = (*shard, ("reason", ""), ("result", "Succeeded"))
+    assert samples[("kcpshard_rolls_total", tuple(sorted(succeeded)))] >= 1.0
+    assert any(name == "kcpshard_build_info" for name, _ in samples)
