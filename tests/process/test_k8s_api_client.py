@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from kcpshard.k8s.api import (
-    CONFIGMAPS,
     PODS,
     ApiClient,
     ApiError,
@@ -21,11 +20,14 @@ from kcpshard.k8s.api import (
     Gone,
     Invalid,
     NotFound,
+    ResourceRef,
 )
 from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.apiserver import EmulatedApiServer
 
 NS = "default"
+
+CONFIGMAPS = ResourceRef("", "v1", "configmaps")
 
 
 @pytest.fixture

@@ -200,3 +200,10 @@ def test_the_product_package_holds_no_test_kit() -> None:
 
 def test_nothing_is_importable_as_operator() -> None:
     assert not (PACKAGE.parent / "__init__.py").exists()
+
+
+def test_no_product_module_is_over_400_lines() -> None:
+    """Small modules: one over 400 lines holds more than one thing and is split along its seams."""
+    lengths = {str(p.relative_to(PACKAGE)): len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    long = {name: n for name, n in lengths.items() if n > 400}
+    assert long == {}

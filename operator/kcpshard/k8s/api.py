@@ -1,6 +1,6 @@
 """A small async Kubernetes REST client on httpx.
 
-Used by the workload runner, the agents and the operator's calls outside kopf. It speaks the plain REST
+Used by the agents and the operator's calls outside kopf (and the test kit). It speaks the plain REST
 protocol of ``k8s.io/apiserver`` (paths of ``staging/src/k8s.io/client-go/rest/request.go``, watch frames of
 ``apimachinery/pkg/watch/json``) and turns ``metav1.Status`` error bodies into exceptions.
 ``watch_forever`` is a minimal ``client-go/tools/cache`` reflector: list, watch from the list's
@@ -34,10 +34,8 @@ PATCH_TYPES = {
 
 
 class ApiError(Exception):
-    """A failed API call, from the server's ``metav1.Status`` body.
-
-    ``str()`` carries status, reason and the server's message only: never request bodies, headers or tokens.
-    """
+    """A failed API call, from the server's ``metav1.Status`` body. ``str()`` carries status, reason and
+    the server's message only: never request bodies, headers or tokens."""
 
     def __init__(self, status: int, reason: str, message: str, details: Mapping[str, Any] | None = None):
         super().__init__(status, reason, message)
@@ -114,7 +112,6 @@ SECRETS = ResourceRef("", "v1", "secrets")
 SERVICEACCOUNTS = ResourceRef("", "v1", "serviceaccounts")
 ROLES = ResourceRef("rbac.authorization.k8s.io", "v1", "roles")
 ROLEBINDINGS = ResourceRef("rbac.authorization.k8s.io", "v1", "rolebindings")
-CONFIGMAPS = ResourceRef("", "v1", "configmaps")
 EVENTS = ResourceRef("", "v1", "events")
 NAMESPACES = ResourceRef("", "v1", "namespaces", namespaced=False)
 JOBS = ResourceRef("batch", "v1", "jobs")
