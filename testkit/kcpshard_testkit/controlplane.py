@@ -10,8 +10,8 @@ of `make tools` (`hack/tools/bin`):
   `https://127.0.0.1:<port>/`; the ServiceAccount admission plugin is off as in envtest (pods get no
   token volume: the workload runner gives each pod its identity itself, `runner/identity.py`);
 - kube-controller-manager with the controllers a workload needs (Job, Deployment, ReplicaSet, garbage
-  collector, namespace, service accounts and their tokens), each with its own service account
-  (`--use-service-account-credentials`), as `system:kube-controller-manager`.
+  collector, namespace, service accounts and their tokens, disruption budgets), each with its own
+  service account (`--use-service-account-credentials`), as `system:kube-controller-manager`.
 
 Files in `workdir`: `ca.crt`; `admin.kubeconfig` (user `kcpshard-admin` in `system:masters`) and
 `controller-manager.kubeconfig`, both 0600; keys 0600; one log per process (`etcd.log`,
@@ -54,6 +54,7 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "serviceaccount-token-controller",
     "namespace-controller",
+    "disruption-controller",  # PodDisruptionBudgets' status, which evictions (a drain) read
 )
 # With a real node: the not-ready taint lifted (and a lost node's pods evicted), and the cluster CA
 # published in every namespace (`kube-root-ca.crt`, part of each pod's ServiceAccount token volume).

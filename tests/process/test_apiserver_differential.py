@@ -26,9 +26,10 @@ import httpx
 import pytest
 import yaml
 
-from kcpshard.k8s.api import CONFIGMAPS, KCPSHARDS, NAMESPACES, PODS, ApiClient, Gone
+from kcpshard.k8s.api import KCPSHARDS, NAMESPACES, PODS, ApiClient, Gone
 from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.devenv import ApiKind, dev_environment
+from kcpshard_testkit.kinds import CONFIGMAPS
 from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.waiting import wait_for
 

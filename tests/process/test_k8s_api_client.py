@@ -20,14 +20,12 @@ from kcpshard.k8s.api import (
     Gone,
     Invalid,
     NotFound,
-    ResourceRef,
 )
 from kcpshard.k8s.credentials import load_credentials
 from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.kinds import CONFIGMAPS
 
 NS = "default"
-
-CONFIGMAPS = ResourceRef("", "v1", "configmaps")
 
 
 @pytest.fixture

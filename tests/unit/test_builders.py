@@ -10,6 +10,7 @@ from kcpshard.agent import front
 from kcpshard.agent.store_refs import StoreTLS
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
 from kcpshard.k8s import backup_job, builders
+from kcpshard.k8s.disruption import disruption_budget
 
 SPEC = KcpShardSpec.model_validate(
     {
@@ -225,3 +226,14 @@ def test_a_front_below_port_1024_may_bind_it() -> None:
         builders.front_deployment(SHARD, low)["metadata"]["annotations"]
         != builders.front_deployment(SHARD, SPEC)["metadata"]["annotations"]
     )
+
+
+def test_the_disruption_budget_holds_the_front_and_the_slots_of_the_shard_only() -> None:
+    budget = disruption_budget(SHARD)
+    spec = budget["spec"]
+    assert budget["metadata"]["name"] == f"{SHARD['metadata']['name']}-serving"
+    assert spec["maxUnavailable"] == 0 and spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    assert spec["selector"]["matchLabels"] == {builders.LABEL_SHARD: SHARD["metadata"]["name"]}
+    [components] = spec["selector"]["matchExpressions"]
+    assert components == {"key": builders.LABEL_COMPONENT, "operator": "In", "values": ["front", "slot"]}
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == SHARD["metadata"]["uid"]

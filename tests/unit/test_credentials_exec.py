@@ -12,9 +12,10 @@ import httpx
 import pytest
 
 from kcpshard.k8s import credentials as credentials_module
-from kcpshard.k8s.api import CONFIGMAPS, ApiClient, ApiError
+from kcpshard.k8s.api import ApiClient, ApiError
 from kcpshard.k8s.connection import Connection
 from kcpshard.k8s.credentials import Credentials, KubeconfigError, load_credentials
+from kcpshard_testkit.kinds import CONFIGMAPS
 from kcpshard_testkit.pki import CertificateAuthority
 from kubeconfigs import cluster, exec_user, runs, write_kubeconfig, write_plugin
 

@@ -102,6 +102,7 @@ async def test_a_new_shard_gets_its_secret_and_front_then_waits_for_the_front_to
     assert api.writes() == [
         ("create", "secrets", "root-shared"),
         *[w for w in IDENTITY_MADE if w[0] == "create"],  # the agents' identity before their first pod
+        ("create", "poddisruptionbudgets", "root-serving"),  # and the budget a drain stops at
         ("create", "deployments", "root-front"),
     ]
     assert events.reasons == ["FrontCreated"]

@@ -15,6 +15,7 @@ import kopf
 
 from kcpshard.k8s import builders, names
 from kcpshard.k8s.api import (
+    BUDGETS,
     DEPLOYMENTS,
     JOBS,
     KCPSLOTS,
@@ -58,11 +59,16 @@ async def tear_down(
             await api.delete(SECRETS, namespace, secret)
     with contextlib.suppress(NotFound):
         await api.delete(LEASES, namespace, lease_name(name))
-    # The agents' identity now rather than by garbage collection later: a shard made again at once under
-    # the same name must not find its new pods' ServiceAccount deleted under them.
-    for ref in (ROLEBINDINGS, ROLES, SERVICEACCOUNTS):
+    # The budget and the agents' identity now rather than by garbage collection later: a shard made again
+    # at once under the same name must not find them deleted under its new pods.
+    for ref, owned in (
+        (BUDGETS, names.budget_name(name)),
+        (ROLEBINDINGS, names.agent_name(name)),
+        (ROLES, names.agent_name(name)),
+        (SERVICEACCOUNTS, names.agent_name(name)),
+    ):
         with contextlib.suppress(NotFound):
-            await api.delete(ref, namespace, names.agent_name(name))
+            await api.delete(ref, namespace, owned)
     shared = names.shared_secret_name(name)
     if spec.get("deletionPolicy") == "Delete":
         with contextlib.suppress(NotFound):

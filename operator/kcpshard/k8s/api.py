@@ -117,6 +117,7 @@ NAMESPACES = ResourceRef("", "v1", "namespaces", namespaced=False)
 JOBS = ResourceRef("batch", "v1", "jobs")
 DEPLOYMENTS = ResourceRef("apps", "v1", "deployments")
 LEASES = ResourceRef("coordination.k8s.io", "v1", "leases")
+BUDGETS = ResourceRef("policy", "v1", "poddisruptionbudgets")
 KCPSHARDS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpshards")
 KCPSLOTS = ResourceRef("kcpshard.dev", "v1alpha1", "kcpslots")
 

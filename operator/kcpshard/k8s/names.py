@@ -51,6 +51,11 @@ def agent_name(shard: str) -> str:
     return fit(f"{shard}-agent")
 
 
+def budget_name(shard: str) -> str:
+    """The PodDisruptionBudget over what serves the shard: its front and slots."""
+    return fit(f"{shard}-serving")
+
+
 def front_name(shard: str) -> str:
     return fit(f"{shard}-front")
 

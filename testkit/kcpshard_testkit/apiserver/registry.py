@@ -164,6 +164,7 @@ def builtin_types() -> list[ResourceType]:
         # The operator makes each shard's agent identity; the emulated server stores RBAC, never enforces it.
         _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role"),
         _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+        _builtin("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short_names=("pdb",)),
         _builtin(
             "apiextensions.k8s.io",
             "v1",

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from kcpshard.api.conditions import now as timestamp
-from kcpshard.k8s.api import PODS, SECRETS, ApiClient, ApiError, NotFound, ResourceRef
+from kcpshard.k8s.api import PODS, SECRETS, ApiClient, ApiError, NotFound
 from kcpshard_testkit.identity import Token
+from kcpshard_testkit.kinds import CONFIGMAPS
 from kcpshard_testkit.runner.envs import POD_IP, ConfigError, build_env, referenced_names
 from kcpshard_testkit.runner.expand import expand
 from kcpshard_testkit.runner.kubelet import PodIdentity
@@ -42,8 +43,6 @@ DEFAULT_GRACE = 30.0
 BACKOFF_START, BACKOFF_CAP, BACKOFF_RESET_AFTER = 0.5, 5.0, 60.0
 CONFIG_RETRY = 1.0
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-CONFIGMAPS = ResourceRef("", "v1", "configmaps")  # volumes from ConfigMaps; the product reads none
 
 
 @dataclass

@@ -7,7 +7,8 @@ from typing import Any
 from kcpshard.controller.act.context import ActContext, create_once
 from kcpshard.controller.act.identity import ensure_agent_identity
 from kcpshard.k8s import builders
-from kcpshard.k8s.api import DEPLOYMENTS, SECRETS
+from kcpshard.k8s.api import BUDGETS, DEPLOYMENTS, SECRETS
+from kcpshard.k8s.disruption import disruption_budget
 from kcpshard.roll.observed import Observed
 
 
@@ -17,12 +18,14 @@ async def create_shared_secret(ctx: ActContext, obs: Observed) -> None:
 
 async def create_front(ctx: ActContext, obs: Observed) -> None:
     await ensure_agent_identity(ctx, obs, [obs.spec])
+    await create_once(ctx, BUDGETS, disruption_budget(dict(obs.shard)))
     await create_once(ctx, DEPLOYMENTS, _front(ctx, obs))
 
 
 async def update_front(ctx: ActContext, obs: Observed) -> None:
     """Replace the front Deployment with the one the spec asks for (guarded by its resourceVersion)."""
     await ensure_agent_identity(ctx, obs, [obs.spec])  # an operator upgrade brings the identity too
+    await create_once(ctx, BUDGETS, disruption_budget(dict(obs.shard)))  # and the budget
     wanted = _front(ctx, obs)
     name = wanted["metadata"]["name"]
     current = await ctx.api.get(DEPLOYMENTS, ctx.namespace, name)
