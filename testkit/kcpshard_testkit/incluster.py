@@ -1,8 +1,8 @@
 """The operator as a cluster runs it: `deploy/base` applied with kustomize, its pods on the real node.
 
 One overlay over `deploy/base`, written per cluster, changes only what this test node needs:
-- the image: the one `make image` built and the node imported (`images:`), and the same image for the
-  agent Jobs (`--image`: the operator does not know its own image);
+- the image: the one `make image` built and the node imported (`images:`); the agent Jobs get the same
+  one, which the operator reads from its own pod (no `--image`);
 - the host network: the test node routes no pod network (see `node.py`), so the operator's pods reach the
   API server on the node's loopback, as the agents already do. Its liveness and metrics ports move to free
   ones, declared as hostPorts, so the scheduler keeps a second replica from the same node's port: one replica
@@ -60,7 +60,6 @@ def operator_overlay(directory: Path, *, image: str, liveness_port: int, metrics
             "path": f"{container}/command/{metrics}",
             "value": f"--metrics-port={metrics_port}",
         },
-        {"op": "add", "path": f"{container}/command/-", "value": f"--image={image}"},
         {"op": "replace", "path": f"{container}/livenessProbe/httpGet/port", "value": liveness_port},
         # On the host network the kubelet would probe the node's address; the endpoint is on loopback.
         {"op": "add", "path": f"{container}/livenessProbe/httpGet/host", "value": "127.0.0.1"},
@@ -101,7 +100,6 @@ def helm_values(image: str, *, liveness_port: int, metrics_port: int) -> list[st
         "image.repository": name,
         "image.tag": tag,
         "image.pullPolicy": "Never",
-        "agentImage": image,
         "hostNetwork": "true",
         "liveness.host": "127.0.0.1",
         "liveness.port": str(liveness_port),

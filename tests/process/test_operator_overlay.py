@@ -45,8 +45,7 @@ def test_the_overlay_moves_liveness_and_metrics_to_host_ports_and_keeps_the_rest
             )
             for arg in base_container["command"]
         ),
-        "--image=kcpshard:test",
-    ]
+    ]  # no --image: the agents take the operator's own image, read from its pod
     assert container["ports"] == [
         {"name": "liveness", "containerPort": 40001, "hostPort": 40001},
         {"name": "metrics", "containerPort": 40002, "hostPort": 40002},

@@ -7,6 +7,7 @@ asyncio.Event set from another thread is not thread-safe and may wake the loop l
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,7 @@ import kopf
 from kcpshard.api.models import GROUP, VERSION
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.login import operator_api
+from kcpshard.controller.own_image import own_image
 from kcpshard.controller.reconciler import ShardReconciler
 from kcpshard.controller.settings import configure
 from kcpshard.controller.shard_index import IndexKey, ShardIndex, index_entries
@@ -29,10 +31,17 @@ WAKEUPS = Wakeups()
 
 
 @kopf.on.startup()
-async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: Logger, **_: Any) -> None:
     configure(settings)
     memo.api = await operator_api(memo)  # the credentials kopf logs in with (controller/login.py)
-    memo.config = getattr(memo, "config", None) or OperatorConfig()
+    config: OperatorConfig = getattr(memo, "config", None) or OperatorConfig()
+    if config.image_from_pod:
+        image = await own_image(memo.api)
+        if image is not None:
+            config = dataclasses.replace(config, image=image)
+        known = "" if image else " (the operator's own image is unknown)"
+        logger.info(f"the agents run image {config.image}{known}")
+    memo.config = config
 
 
 @kopf.on.cleanup()

@@ -26,7 +26,11 @@ def _parser() -> argparse.ArgumentParser:
     # kopf peering is never used (each shard has a Lease of its own); the flag stays accepted for the
     # scripts that still pass it.
     parser.add_argument("--standalone", action="store_true", help="accepted and ignored: kopf never peers")
-    parser.add_argument("--image", default=DEFAULT_IMAGE, help="image of the agent Jobs and the front")
+    parser.add_argument(
+        "--image",
+        default=None,
+        help=f"image of the agent Jobs and the front (default: the operator's own, else {DEFAULT_IMAGE})",
+    )
     parser.add_argument(
         "--agent-command",
         default="kcpshard",
@@ -48,7 +52,8 @@ def operator_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """What `kopf.operator` runs with: standalone (no peering) and named by `own_identity`, so kopf neither
     looks for a peering object nor asks the password database who runs it."""
     config = OperatorConfig(
-        image=args.image,
+        image=args.image or DEFAULT_IMAGE,
+        image_from_pod=args.image is None,
         agent_command=tuple(args.agent_command.split()),
         lease_seconds=args.shard_lease_seconds,
     )
