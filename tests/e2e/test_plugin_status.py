@@ -55,8 +55,11 @@ BLUE_GREEN_STEPS = [
 
 def _env(stack: Stack, home: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
+    # COLUMNS and LINES go: the pseudo-terminal gives the size (pytest-xdist's workers set COLUMNS=80,
+    # which the plugin would honour as a person's setting, as shutil.get_terminal_size does)
+    inherited = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
     return {
-        **os.environ,
+        **inherited,
         "KUBECONFIG": stack.info.kubeconfig,
         "HOME": str(home),
         # kubectl finds the plugin as any other: a kubectl-kcpshard executable on PATH
@@ -178,7 +181,10 @@ async def test_status_watch_shows_each_step_as_it_happens(tmp_path: Path) -> Non
                     last = term.frames()[-1]
                     return "Status:          ✔ Healthy" in last and bool(LAST_ROLL.search(last))
 
-                await wait_for("the view of the finished roll", rolled_view, timeout=120)
+                try:
+                    await wait_for("the view of the finished roll", rolled_view, timeout=120)
+                except TimeoutError:
+                    pytest.fail(f"the view never showed the finished roll; last frame:\n{term.frames()[-1]}")
                 code, out, err = await _finish(waiter)
             assert term.popen.poll() is None  # -w goes on until it is stopped
 
