@@ -42,7 +42,8 @@ async def test_kopf_and_the_api_client_share_one_credentials(
     memo = kopf.Memo()
     # kopf runs its login and the startup handlers concurrently: the credentials are loaded once.
     info, _ = await asyncio.gather(
-        login.login(memo=memo, logger=LOG), handlers.startup(settings=kopf.OperatorSettings(), memo=memo)
+        login.login(memo=memo, logger=LOG),
+        handlers.startup(settings=kopf.OperatorSettings(), memo=memo, logger=LOG),
     )
     api = memo.api
     assert isinstance(api, ApiClient) and runs(counter) == 1
