@@ -1,0 +1,115 @@
+"""Faults as a cluster brings them, on the real node: the operator's pod force-deleted in the middle of a
+roll, and the serving slot's container killed under its kcp (a `ctr` kill of its task)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from kcpshard.api import annotations
+from kcpshard.k8s.api import KCPSHARDS
+from kcpshard_testkit import scenario
+from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
+from kcpshard_testkit.stack import Stack, shard_manifest
+from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
+
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
+
+
+def _json(stack: Stack, *args: str) -> Any:
+    return json.loads(stack.kubectl(*args, "-o", "json").stdout)
+
+
+def _running_operators(stack: Stack) -> list[str]:
+    pods = _json(stack, "-n", OPERATOR_NAMESPACE, "get", "pods")["items"]
+    return sorted(
+        p["metadata"]["name"]
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    )
+
+
+async def _serving(stack: Stack, name: str, images: Any, **spec: Any) -> int:
+    port = free_port()
+    kcp = {"version": "v0.32.1", "binary": "kcpshard-fake-kcp", "image": images.test.name}
+    manifest = shard_manifest(
+        name, etcd=stack.info.etcd_endpoint, front_port=port, node=stack.info.node, kcp=kcp
+    )
+    manifest["spec"].update(spec)
+    await stack.api.create(KCPSHARDS, "default", manifest)
+    await scenario.wait_ready(stack, name, timeout=240)
+    return port
+
+
+def _flips_to(events: list[dict[str, Any]], slot: str) -> int:
+    return sum(
+        1 for e in events if e.get("reason") == "Flip" and f"serve slot {slot} " in e.get("message", "")
+    )
+
+
+async def test_the_operators_pod_force_deleted_mid_roll_another_finishes_it_with_one_flip(
+    cluster: Stack, images: Any
+) -> None:
+    port = await _serving(cluster, "relay", images, roll={"autoPromote": False})
+    [first] = _running_operators(cluster)
+    async with scenario.traffic(cluster, port, "relay") as load:
+        await cluster.api.patch(KCPSHARDS, "default", "relay", {"spec": {"kcp": {"version": "v0.32.2"}}})
+
+        async def gated() -> dict[str, Any] | None:
+            shard = await cluster.shard("relay")
+            waiting = scenario.condition(shard, "Reconciling").get("reason") == "WaitingForPromotion"
+            return shard if waiting else None
+
+        await wait_for("the roll waiting for promotion", gated, timeout=240)
+        # As `kubectl delete pod --force` does: no grace, the pod object gone at once.
+        cluster.kubectl("-n", OPERATOR_NAMESPACE, "delete", "pod", first, "--force", "--grace-period=0")
+
+        async def replaced() -> list[str] | None:
+            running = [p for p in _running_operators(cluster) if p != first]
+            return running or None
+
+        [second] = await wait_for("another operator pod running", replaced, timeout=180)
+        promote = {"metadata": {"annotations": {annotations.PROMOTE: "2026-12-04T00:00:00Z"}}}
+        await cluster.api.patch(KCPSHARDS, "default", "relay", promote)
+        shard = await scenario.wait_last_roll(cluster, "relay", timeout=240)
+        await scenario.more_requests(load)
+    last = shard["status"]["lastRoll"]
+    assert last["result"] == "Succeeded" and last["toSlot"] == "b", last
+    assert _flips_to(await scenario.events(cluster, "relay"), "b") == 1
+    logs = cluster.kubectl("-n", OPERATOR_NAMESPACE, "logs", second).stdout
+    assert "Traceback" not in logs, logs[-3000:]
+    print(f"operator {first} force-deleted mid-roll, {second} finished it: {load.report.summary()}")
+    assert load.report.failed == 0, load.report.failures
+
+
+async def test_the_serving_slots_container_killed_the_shard_recovers_on_the_other_slot(
+    cluster: Stack, images: Any
+) -> None:
+    await _serving(cluster, "steady", images)
+    shard = await cluster.shard("steady")
+    serving = shard["status"]["activeSlot"]
+    pods = _json(cluster, "get", "pods", "-l", f"kcpshard.dev/shard=steady,kcpshard.dev/slot={serving}")[
+        "items"
+    ]
+    [pod] = [p for p in pods if p["status"].get("phase") == "Running"]
+    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
+    socket = cluster.directory / "env" / "node" / "containerd" / "containerd.sock"
+    subprocess.run(
+        ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+    lost = await scenario.wait_event(cluster, "steady", "SlotLost", timeout=120)
+    assert f"slot {serving}" in lost["message"], lost
+
+    async def recovered() -> dict[str, Any] | None:
+        shard = await cluster.shard("steady")
+        status = shard.get("status") or {}
+        ready = scenario.condition(shard, "Ready").get("status") == "True"
+        return shard if ready and status.get("activeSlot") not in (None, serving) else None
+
+    shard = await wait_for("the shard serving on the other slot", recovered, timeout=240)
+    assert shard["status"]["lastRoll"]["recovery"] is True, shard["status"]["lastRoll"]
