@@ -52,9 +52,12 @@ def test_slot_job_runs_the_agent_on_the_node_with_kcp_after_the_separator() -> N
     assert pod["nodeName"] == "node-7"
     assert pod["hostNetwork"] is True
     assert pod["restartPolicy"] == "Never"
-    # the kubelet must not kill kcp before its shutdown delay and the agent's report
-    assert pod["terminationGracePeriodSeconds"] > SPEC.shutdown_delay_seconds + 10
     command = pod["containers"][0]["command"]
+    # the kubelet must not kill kcp before its hold (a replacement's start and flip), its shutdown delay
+    # and the agent's report
+    hold = SPEC.roll.ready_timeout_seconds + SPEC.roll.flip_timeout_seconds
+    assert _option(_agent_args(job), "--hold-timeout") == [str(hold)]
+    assert pod["terminationGracePeriodSeconds"] > hold + SPEC.shutdown_delay_seconds + 10
     sep = command.index("--")
     assert command[:3] == ["kcpshard", "agent", "slot"]
     assert command[sep + 1 : sep + 3] == ["/usr/local/bin/kcp", "start"]

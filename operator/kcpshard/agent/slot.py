@@ -21,7 +21,7 @@ import signal
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
-from kcpshard.agent import cli, seed
+from kcpshard.agent import cli, seed, slot_hold
 from kcpshard.agent.child import Child
 from kcpshard.agent.kine import Kine, KineError, KineStopped, without_dsn
 from kcpshard.agent.kine import kcp_command as kine_kcp_command
@@ -46,16 +46,33 @@ class SlotAgent:
         self.child: Child | None = None
         self.kine: Kine | None = None  # the slot's own kine, when the store is kine
         self.signals = 0
+        self.hold: asyncio.Task[None] | None = None
 
     def on_signal(self) -> None:
         self.signals += 1
-        if self.signals == 1:
+        if self.signals == 1 and self.child is not None and self.opts.hold_timeout > 0:
+            self.hold = asyncio.get_running_loop().create_task(self.hold_then_stop())
+        elif self.signals == 1 or (self.hold is not None and not self.hold.done()):
+            if self.hold is not None:
+                self.hold.cancel()  # a second request: stop now
             log.info("stop requested: stopping kcp")
             self.stop_requested.set()
         elif self.child is not None:
             # kcp exits at once on a second signal, as kube-apiserver does (genericapiserver signal handler).
             log.info("second stop request: forwarding it to kcp")
             self.child.signal(signal.SIGTERM)
+
+    async def hold_then_stop(self) -> None:
+        """kcp serves on while the shard serves this slot (slot_hold.py), then stops as in a roll."""
+        spec = (self.report.slot or {}).get("spec") or {}
+        shard, slot = str(spec.get("shard")), str(spec.get("slot"))
+        log.info("stop requested: kcp serves on while shard %s serves slot %s", shard, slot)
+        timeout = self.opts.hold_timeout
+        if await slot_hold.hold_while_serving(self.api, self.opts.namespace, shard, slot, timeout):
+            log.info("stopping kcp: shard %s does not serve slot %s any more", shard, slot)
+        else:
+            log.warning("stopping kcp: shard %s still serves slot %s after %ss", shard, slot, timeout)
+        self.stop_requested.set()
 
     async def main(self) -> int:
         where = self.report.where
@@ -152,6 +169,8 @@ async def _work(opts: Options, api: ApiClient) -> int:
     try:
         return await agent.main()
     finally:
+        if agent.hold is not None:
+            agent.hold.cancel()
         if agent.child is not None and agent.child.proc.returncode is None:
             agent.child.kill_group()  # never leave kcp behind, whatever went wrong
             with contextlib.suppress(Exception):

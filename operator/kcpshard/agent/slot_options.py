@@ -41,6 +41,7 @@ class Options:
     kubeconfig: str | None = None
     job_name: str | None = None
     stop_timeout: float = 60.0
+    hold_timeout: float = 0.0  # slot_hold.py
     listen_timeout: float = 300.0
     pod_uid: str | None = field(default=None)
     pod_name: str | None = field(default=None)
@@ -103,6 +104,12 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else in-cluster")
     parser.add_argument("--job-name", default=os.environ.get("JOB_NAME"))
     parser.add_argument("--stop-timeout", type=float, default=60.0, help="SIGTERM to SIGKILL, seconds")
+    parser.add_argument(
+        "--hold-timeout",
+        type=float,
+        default=0.0,
+        help="on SIGTERM, seconds kcp serves on while the shard still serves this slot (0: stop at once)",
+    )
     parser.add_argument("--listen-timeout", type=float, default=300.0, help="seconds to wait for the port")
     parser.add_argument(
         "--store-endpoint", action="append", default=[], help="etcd client URL that must answer first"
@@ -135,6 +142,7 @@ def parse_args(argv: Sequence[str]) -> Options:
         kubeconfig=args.kubeconfig,
         job_name=args.job_name,
         stop_timeout=args.stop_timeout,
+        hold_timeout=args.hold_timeout,
         listen_timeout=args.listen_timeout,
         pod_uid=os.environ.get("POD_UID"),
         pod_name=os.environ.get("POD_NAME"),

@@ -6,7 +6,7 @@ import hashlib
 import json
 from typing import Any
 
-from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, SlotName
+from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, Shape, SlotName
 from kcpshard.k8s.names import (
     admin_kubeconfig_secret_name,
     agent_name,
@@ -70,6 +70,15 @@ def slot_root_dir(namespace: str, shard: str, slot: SlotName) -> str:
 def stop_timeout_seconds(spec: KcpShardSpec) -> int:
     """How long the host agent waits for kcp after SIGTERM before it kills it."""
     return spec.shutdown_delay_seconds + STOP_MARGIN_SECONDS
+
+
+def hold_timeout_seconds(spec: KcpShardSpec) -> int:
+    """How long a serving slot's kcp serves on after a SIGTERM that was not the operator's
+    (agent/slot_hold.py): a replacement's start to ready and the flip fit in it, or the recovery roll
+    itself has failed by then. A Single shard has no other slot to take over."""
+    if spec.shape == Shape.SINGLE:
+        return 0
+    return spec.roll.ready_timeout_seconds + spec.roll.flip_timeout_seconds
 
 
 def kcpslot(
@@ -153,6 +162,7 @@ def slot_job(
         ),
     )
     stop_timeout = stop_timeout_seconds(spec)
+    hold_timeout = hold_timeout_seconds(spec)
     volume, mount = _state_volume()
     command = [
         *agent_command,
@@ -170,6 +180,8 @@ def slot_job(
         name,
         "--stop-timeout",
         str(stop_timeout),
+        "--hold-timeout",
+        str(hold_timeout),
         *_agent_store_args(spec),
         *_agent_secret_args(spec),
         "--admin-secret",
@@ -205,8 +217,8 @@ def slot_job(
                     "nodeName": spec.node,
                     "hostNetwork": True,
                     "serviceAccountName": agent_name(shard),
-                    # Above kcp's shutdown delay, so kcp drains before the kubelet kills.
-                    "terminationGracePeriodSeconds": stop_timeout + 10,
+                    # Above the hold and kcp's shutdown delay, so kcp drains before the kubelet kills.
+                    "terminationGracePeriodSeconds": hold_timeout + stop_timeout + 10,
                     "containers": [
                         {
                             "name": "agent",
