@@ -113,3 +113,44 @@ async def test_the_serving_slots_container_killed_the_shard_recovers_on_the_othe
 
     shard = await wait_for("the shard serving on the other slot", recovered, timeout=240)
     assert shard["status"]["lastRoll"]["recovery"] is True, shard["status"]["lastRoll"]
+
+
+@pytest.mark.parametrize("deleted", ["job", "kcpslot", "pod"])
+async def test_the_serving_slot_deleted_serves_until_its_replacement_does(
+    cluster: Stack, images: Any, deleted: str
+) -> None:
+    """Its Job, its KcpSlot, or its pod (as a forced eviction, `kubectl drain --disable-eviction`, does)
+    deleted by a person: the pod's kcp serves on (agent/slot_hold.py) until the replacement on the other
+    slot serves, with a shutdown delay of 2 s, far shorter than the replacement's start."""
+    name = f"held-{deleted}"
+    port = await _serving(cluster, name, images, shutdownDelaySeconds=2)
+    shard = await cluster.shard(name)
+    serving = shard["status"]["activeSlot"]
+    selector = f"kcpshard.dev/shard={name},kcpshard.dev/slot={serving}"
+    [pod] = [p["metadata"]["name"] for p in _json(cluster, "get", "pods", "-l", selector)["items"]]
+    [job] = [j["metadata"]["name"] for j in _json(cluster, "get", "jobs", "-l", selector)["items"]]
+    target = {"job": ["job", job], "kcpslot": ["kcpslot", f"{name}-{serving}"], "pod": ["pod", pod]}[deleted]
+    async with scenario.traffic(cluster, port, name) as load:
+        cluster.kubectl("delete", *target, "--wait=false")
+
+        async def flipped() -> dict[str, Any] | None:
+            status = (await cluster.shard(name)).get("status") or {}
+            moved = status.get("activeSlot") not in (None, serving)
+            return status if moved and (status.get("front") or {}).get("observedBackend") != serving else None
+
+        await wait_for("the front serving the replacement", flipped, timeout=240)
+        # The deleted slot's pod was still there, its container running, when the front left it.
+        old = _json(cluster, "get", "pod", pod)
+        running_at_flip = "running" in old["status"]["containerStatuses"][0]["state"]
+
+        async def recovered() -> dict[str, Any] | None:
+            status = (await cluster.shard(name)).get("status") or {}
+            last = status.get("lastRoll") or {}
+            return last if not status.get("rollout") and last.get("recovery") else None
+
+        last = await wait_for("the recovery roll to end", recovered, timeout=240)
+        await scenario.more_requests(load)
+    print(f"serving slot's {deleted} deleted: {load.report.summary()}, recovery {last['durations']}")
+    assert running_at_flip, old["status"]
+    assert last["result"] == "Succeeded" and last["recovery"] is True, last
+    assert load.report.failed == 0, load.report.failures
