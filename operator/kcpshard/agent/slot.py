@@ -52,9 +52,9 @@ class SlotAgent:
         self.signals += 1
         if self.signals == 1 and self.child is not None and self.opts.hold_timeout > 0:
             self.hold = asyncio.get_running_loop().create_task(self.hold_then_stop())
-        elif self.signals == 1 or (self.hold is not None and not self.hold.done()):
+        elif not self.stop_requested.is_set():
             if self.hold is not None:
-                self.hold.cancel()  # a second request: stop now
+                self.hold.cancel()  # a second request while holding: stop now
             log.info("stop requested: stopping kcp")
             self.stop_requested.set()
         elif self.child is not None:
