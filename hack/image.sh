@@ -109,7 +109,9 @@ prune() { # the images and tars of this kind's other keys: the storage is vfs, a
       "localhost/$1:"*) "${B[@]}" rmi "$old" >/dev/null || log "could not remove $old" ;;
     esac
   done
-  find "$cache" -maxdepth 1 -regextype posix-extended -regex ".*/$1-[0-9a-f]{16}\.tar" ! -name "$1-$2.tar" -delete
+  # The two newest other tars stay: a clone built beside this one (a CI run of main) still uses its own.
+  find "$cache" -maxdepth 1 -regextype posix-extended -regex ".*/$1-[0-9a-f]{16}\.tar" ! -name "$1-$2.tar" \
+    -printf '%T@ %p\n' | sort -rn | tail -n +3 | cut -d' ' -f2- | xargs -r rm -f --
   "${B[@]}" rmi --prune >/dev/null 2>&1 || true
 }
 
