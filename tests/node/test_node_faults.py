@@ -1,9 +1,12 @@
 """Faults as a cluster brings them, on the real node: the operator's pod force-deleted in the middle of a
-roll, and the serving slot's container killed under its kcp (a `ctr` kill of its task)."""
+roll, the serving slot's container killed under its kcp (a `ctr` kill of its task), the serving slot's
+Job, KcpSlot or pod deleted by a person, and the kubelet stopped (last: the node comes back after it)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from typing import Any
 
@@ -153,4 +156,46 @@ async def test_the_serving_slot_deleted_serves_until_its_replacement_does(
     print(f"serving slot's {deleted} deleted: {load.report.summary()}, recovery {last['durations']}")
     assert running_at_flip, old["status"]
     assert last["result"] == "Succeeded" and last["recovery"] is True, last
+    assert load.report.failed == 0, load.report.failures
+
+
+def _kubelet_pid(stack: Stack) -> int:
+    [pid] = [
+        pid
+        for pid, args in scenario.processes(stack.directory).items()
+        if args[0].endswith(b"/kubelet") and any(a.startswith(b"--root-dir=") for a in args)
+    ]
+    return pid
+
+
+async def test_the_kubelet_stopped_the_shard_names_the_node_and_comes_back_with_it(
+    cluster: Stack, images: Any
+) -> None:
+    """The kubelet frozen (SIGSTOP: it neither reports nor manages pods, as a hung or stopped kubelet):
+    the node goes Unknown, its pods NotReady, and the front's Deployment unavailable, while the
+    containers run on and serve. The shard says the node is what is down (not a FrontFailed that a
+    restart would fix), and is Ready again once the kubelet reports (SIGCONT)."""
+    port = await _serving(cluster, "anchored", images)
+    kubelet = _kubelet_pid(cluster)
+    async with scenario.traffic(cluster, port, "anchored") as load:
+        os.kill(kubelet, signal.SIGSTOP)
+        try:
+
+            async def node_down() -> dict[str, Any] | None:
+                shard = await cluster.shard("anchored")
+                ready = scenario.condition(shard, "Ready")
+                return ready if ready.get("reason") == "NodeNotReady" else None
+
+            down = await wait_for("the shard to name its node", node_down, timeout=180)
+            await scenario.more_requests(load)
+        finally:
+            os.kill(kubelet, signal.SIGCONT)
+        shard = await scenario.wait_ready(cluster, "anchored", timeout=180)
+        await scenario.more_requests(load)
+    print(f"kubelet stopped: {down['message']}; {load.report.summary()}")
+    assert down["status"] == "False", down
+    assert f"node {cluster.info.node} is Unknown" in down["message"], down
+    assert "Kubelet stopped posting node status" in down["message"], down
+    assert "the front agent last reported serving slot" in down["message"], down
+    assert shard["status"]["activeSlot"] == "a" and not shard["status"].get("failedRoll"), shard["status"]
     assert load.report.failed == 0, load.report.failures

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from fakes import LOG, SPEC, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api.models import SlotName
 from kcpshard.controller.config import OperatorConfig
@@ -11,7 +13,7 @@ from kcpshard.controller.kcp_access import NoRootMaterial
 from kcpshard.controller.observe import Observer, front_availability, front_pod_view
 from kcpshard.controller.shard_index import ShardIndex, index_entries
 from kcpshard.k8s import builders
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, PODS, SECRETS
+from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, NODES, PODS, SECRETS, ApiError
 from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.observed import (
     FrontAvailability,
@@ -146,6 +148,47 @@ async def test_the_shards_own_objects_are_compared_with_what_the_spec_asks() -> 
     api.touch(DEPLOYMENTS, "root-front", lambda d: d["metadata"].update(annotations={}))
     obs = await observer(api).observe()
     assert isinstance(obs, Observed) and obs.front is FrontWorkload.STALE
+
+
+def _node(ready: str, message: str = "") -> dict[str, Any]:
+    condition = {"type": "Ready", "status": ready, "lastTransitionTime": "2026-12-01T12:00:00Z"}
+    return {"metadata": {"name": "n1"}, "status": {"conditions": [condition | {"message": message}]}}
+
+
+async def test_an_unavailable_front_reads_the_node_and_says_why_it_is_not_ready() -> None:
+    api = RecordingApi()
+    shard = api.put(KCPSHARDS, shard_body())
+    front = builders.front_deployment(shard, SPEC)
+    front["status"] = {"conditions": [{"type": "Available", "status": "False"}]}
+    api.put(DEPLOYMENTS, front)
+
+    async def node_down() -> str | None:
+        obs = await observer(api).observe()
+        assert isinstance(obs, Observed) and obs.front_availability is not None
+        return obs.front_availability.node_down
+
+    assert await node_down() is None  # no such node: the front's pod stays Pending, FrontFailed says so
+    api.put(NODES, _node("Unknown", "Kubelet stopped posting node status."))
+    assert await node_down() == (
+        "node n1 is Unknown since 2026-12-01T12:00:00Z (Kubelet stopped posting node status.)"
+    )
+    api.put(NODES, _node("True"))
+    assert await node_down() is None
+    # An operator installed without the right to read nodes says what it can without it.
+    api.fail("get", "nodes", error=ApiError(403, "Forbidden", "nodes is forbidden"))
+    assert await node_down() is None
+    api.fail("get", "nodes", error=ApiError(500, "InternalError", "etcd timed out"))
+    with pytest.raises(ApiError):
+        await node_down()
+    # An available front reads no node.
+    api.touch(
+        DEPLOYMENTS,
+        "root-front",
+        lambda d: d.update(status={"conditions": [{"type": "Available", "status": "True"}]}),
+    )
+    api.requests.clear()
+    await observer(api).observe()
+    assert not [r for r in api.requests if r[1] == "nodes"]
 
 
 async def test_neighbours_come_from_the_index_not_from_a_list_of_every_shard() -> None:

@@ -125,3 +125,18 @@ def test_a_stale_front_waits_for_the_roll_under_way() -> None:
     rolling = serving().model_copy(update={"rollout": started(next_of(serving(), ready_slot(B), spec=NEWER))})
     assert not isinstance(next_of(rolling, ready_slot(B), front=FrontWorkload.STALE), plan.UpdateFront)
     assert isinstance(next_of(serving(), ready_slot(B), front=FrontWorkload.STALE), plan.UpdateFront)
+
+
+def test_a_node_that_is_not_ready_is_named_and_never_turns_into_front_failed() -> None:
+    why = "node n1 is Unknown since 2026-12-01T12:00:00Z (Kubelet stopped posting node status.)"
+    lost = FrontAvailability(
+        False, since=SINCE, pods=(FrontPodView("shard1-front-x1", "Running"),), node_down=why
+    )
+    for now in (T0, T0 + datetime.timedelta(seconds=600)):
+        action = next_of(serving(), ready_slot(B), front_availability=lost, now=now)
+        assert isinstance(action, plan.Stall) and action.reason == "NodeNotReady", action
+        assert action.message.startswith(why)
+        assert f"the front agent last reported serving slot b at {STAMP}" in action.message
+        assert "once node n1 is Ready again" in action.message
+    new = next_of(KcpShardStatus(), front_availability=lost)
+    assert isinstance(new, plan.Stall) and "the front agent has not reported serving" in new.message

@@ -27,9 +27,11 @@ from kcpshard.k8s.api import (
     JOBS,
     KCPSHARDS,
     KCPSLOTS,
+    NODES,
     PODS,
     SECRETS,
     ApiClient,
+    ApiError,
     NotFound,
     ResourceRef,
 )
@@ -176,10 +178,26 @@ class Observer:
             selector = builders.component_selector(self.name, "front")
             pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
             availability = replace(availability, pods=tuple(front_pod_view(p) for p in pods))
+        if not availability.available:
+            availability = replace(availability, node_down=await self._node_down(spec.node))
         return {
             "front": FrontWorkload.CURRENT if have == want else FrontWorkload.STALE,
             "front_availability": availability,
         }
+
+    async def _node_down(self, node: str) -> str | None:
+        """Why the shard's node is not Ready, from its own `Ready` condition; None while it is, when it does
+        not exist (the front's pod is Pending, and FrontFailed says to check the node), or when it cannot
+        be read (an operator installed without the right to get nodes)."""
+        try:
+            found = await self.api.get(NODES, None, node)
+        except NotFound:
+            return None
+        except ApiError as exc:
+            if exc.status != 403:
+                raise
+            return None
+        return node_not_ready(found)
 
     async def _observe_slots(
         self,
@@ -296,6 +314,20 @@ def front_pod_view(pod: Mapping[str, Any]) -> FrontPodView:
         state=", ".join(states or unscheduled),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def node_not_ready(node: Mapping[str, Any]) -> str | None:
+    """None while the node's `Ready` condition is True; else what it says (the node lifecycle controller
+    sets it Unknown once the kubelet has not reported for its grace period)."""
+    name = (node.get("metadata") or {}).get("name") or "?"
+    ready = cond.find((node.get("status") or {}).get("conditions"), "Ready")
+    if ready is None:
+        return f"node {name} has not reported Ready yet"
+    if ready.get("status") == "True":
+        return None
+    state = "NotReady" if ready.get("status") == "False" else "Unknown"
+    why = ready.get("message") or ready.get("reason") or "no reason given"
+    return f"node {name} is {state} since {ready.get('lastTransitionTime') or '?'} ({why})"
 
 
 def job_view(job: Mapping[str, Any]) -> JobView:

@@ -114,6 +114,7 @@ ROLES = ResourceRef("rbac.authorization.k8s.io", "v1", "roles")
 ROLEBINDINGS = ResourceRef("rbac.authorization.k8s.io", "v1", "rolebindings")
 EVENTS = ResourceRef("", "v1", "events")
 NAMESPACES = ResourceRef("", "v1", "namespaces", namespaced=False)
+NODES = ResourceRef("", "v1", "nodes", namespaced=False)
 JOBS = ResourceRef("batch", "v1", "jobs")
 DEPLOYMENTS = ResourceRef("apps", "v1", "deployments")
 LEASES = ResourceRef("coordination.k8s.io", "v1", "leases")
@@ -245,9 +246,7 @@ class ApiClient:
         preconditions: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | None:
         """Delete; returns the object when the server keeps it (graceful/finalizers), None on a Status.
-
-        ``NotFound`` is raised: callers decide whether a missing object is fine.
-        """
+        ``NotFound`` is raised: callers decide whether a missing object is fine."""
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds

@@ -31,6 +31,8 @@ def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
     availability = obs.front_availability
     if availability is None or (availability.available and availability.replacing_since is None):
         return None
+    if not availability.available and availability.node_down:
+        return node_down(obs, availability.node_down)
     replacing = availability.available
     since_text = availability.replacing_since if replacing else availability.since
     timeout = obs.spec.roll.front_start_timeout_seconds
@@ -60,6 +62,22 @@ def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
             f"{obs.status.active_revision} until it is",
         )
     return Wait(f"waiting for the front on node {node} to start ({detail})", until=until)
+
+
+def node_down(obs: Observed, why: str) -> Stall:
+    """The node is not Ready: its pods' state is unknown to Kubernetes, so the front's Deployment says
+    unavailable whether or not HAProxy serves. Say so, with what the front agent (which reports to the
+    API server itself, not through the kubelet) last said; no FrontFailed: restarting nothing would help."""
+    front = obs.status.front
+    if front is not None and front.observed_backend and front.observed_at:
+        last = f"the front agent last reported serving slot {front.observed_backend} at {front.observed_at}"
+    else:
+        last = "the front agent has not reported serving"
+    return Stall(
+        "NodeNotReady",
+        f"{why}: Kubernetes cannot see or manage the shard's pods there ({last}); the shard recovers by "
+        f"itself once node {obs.spec.node} is Ready again: check its kubelet",
+    )
 
 
 def _pods_state(availability: FrontAvailability, deployment: str) -> str:

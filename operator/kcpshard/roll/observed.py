@@ -152,6 +152,9 @@ class FrontAvailability:
     pods: tuple[FrontPodView, ...] = ()
     # A replacement pod is on its way (a changed template): since when it has made no progress.
     replacing_since: str | None = None
+    # Read only while it is not available: why the shard's node is not Ready (its kubelet stopped
+    # reporting, the node is gone); None while the node is Ready or cannot be read.
+    node_down: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
