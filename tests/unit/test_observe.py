@@ -121,7 +121,10 @@ async def test_slots_jobs_and_pods_make_the_slot_views() -> None:
     assert (view.revision, view.start, view.roll_id, view.port) == ("r1", 1, "x", 4321)
     assert view.job is not None and view.job.name == "root-b-r1-1" and view.job.active == 1
     assert view.pods == ("pod-live",) and view.true("Ready")
-    assert obs.busy == {SlotName.A: 0, SlotName.B: 2}  # a process of an older revision still stops there
+    assert obs.busy == {
+        SlotName.A: (),
+        SlotName.B: ("pod-live", "pod-old"),
+    }  # a process of an older revision still stops there
     assert obs.job_starts == {(SlotName.B, "r1"): 1}
 
 

@@ -812,6 +812,20 @@ def test_stopping_old_deletes_its_job_once_then_waits_for_its_exit() -> None:
     assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE
 
 
+def test_an_old_slot_whose_kcpslot_was_deleted_is_waited_for_until_its_pods_exit() -> None:
+    # Someone deleted the serving KcpSlot: a recovery roll flipped away from it, but its pod's kcp still
+    # stops and holds kcp's controller lease; handing the lease over now would have it renewed again.
+    spec = with_roll(stop_timeout_seconds=20)
+    status = during(rollout(Step.STOPPING_OLD), active_slot="b")
+    busy = {A: ("root-a-old-0-x1",)}
+    waiting = next_of(status, slot(B), spec=spec, busy=busy, now=at(19))
+    assert isinstance(waiting, plan.Wait) and waiting.until == at(20), waiting
+    assert "pods of slot a to exit (its KcpSlot was deleted)" in waiting.reason
+    assert next_of(status, slot(B), spec=spec, busy=busy, now=at(20)) == plan.KillSlot(A, busy[A], 20)
+    action = next_of(status, slot(B), spec=spec, busy={A: ()}, now=at(1))
+    assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE
+
+
 @pytest.mark.parametrize(
     "old",
     [
@@ -998,7 +1012,7 @@ def test_a_front_that_cannot_serve_stalls_a_serving_shard() -> None:
 
 def test_starting_waits_for_an_earlier_process_of_the_slot_then_gives_up() -> None:
     status = during(rollout(Step.STARTING), active_slot="a")
-    busy = plan.Observed(**{**observe(status, {A: slot(A, "old")}).__dict__, "busy": {B: 1}})
+    busy = plan.Observed(**{**observe(status, {A: slot(A, "old")}).__dict__, "busy": {B: ("pod-b",)}})
     waiting = plan.next_action(busy)
     assert isinstance(waiting, plan.Wait) and "earlier process of slot b" in waiting.reason
     late = plan.Observed(

@@ -201,7 +201,7 @@ class Observer:
 
     async def _observe_slots(
         self,
-    ) -> tuple[dict[SlotName, SlotView], dict[SlotName, int], dict[tuple[SlotName, str], int]]:
+    ) -> tuple[dict[SlotName, SlotView], dict[SlotName, tuple[str, ...]], dict[tuple[SlotName, str], int]]:
         """The slots as their KcpSlots, Jobs and pods show them; the live pods per slot name; the
         highest start counter of the Jobs per slot and revision."""
         selector = f"{builders.LABEL_SHARD}={self.name}"
@@ -223,7 +223,9 @@ class Observer:
             key = _slot_key(pod)
             if key is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 live.setdefault(key, []).append(pod["metadata"]["name"])
-        busy = {slot: sum(len(p) for k, p in live.items() if k[0] is slot) for slot in SlotName}
+        busy = {
+            slot: tuple(sorted(n for k, p in live.items() if k[0] is slot for n in p)) for slot in SlotName
+        }
         views: dict[SlotName, SlotView] = {}
         for obj in slot_list.get("items", []):
             spec, status = obj.get("spec", {}), obj.get("status") or {}

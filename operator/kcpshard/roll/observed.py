@@ -205,7 +205,7 @@ class Observed(Seen):
     active_spec: KcpShardSpec | None = None
     slots: Mapping[SlotName, SlotView] = field(default_factory=dict)
     # Live pods per slot name, whatever KcpSlot they belong to (a deleted slot's pod may still stop).
-    busy: Mapping[SlotName, int] = field(default_factory=dict)
+    busy: Mapping[SlotName, tuple[str, ...]] = field(default_factory=dict)
     # The highest start counter of the slot Jobs per slot and revision (Jobs of deleted slots included).
     job_starts: Mapping[tuple[SlotName, str], int] = field(default_factory=dict)
     backup: BackupView | None = None

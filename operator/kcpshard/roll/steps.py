@@ -97,7 +97,7 @@ def starting(obs: Observed, rollout: RolloutStatus, to: SlotView | None) -> Acti
             # Never adopt a slot this roll did not start: whatever runs there goes first.
             return remove(to, f"never adopted: {stale}")
     to_slot = SlotName(rollout.to_slot)
-    if to is None and obs.busy.get(to_slot, 0):
+    if to is None and obs.busy.get(to_slot):
         # A process of an earlier slot object still stops there; the new one must not share its root.
         until = deadline(rollout, spec.roll.ready_timeout_seconds)
         if obs.now >= until:
@@ -212,6 +212,17 @@ def flipped(rollout: RolloutStatus, to: SlotName, port: int) -> Advance:
 def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:
     single = rollout.shape is Shape.SINGLE
     nxt = next_step(rollout, Step.STOPPING_OLD)
+    if old is None and not single and rollout.from_slot:
+        # Its KcpSlot was deleted by someone, but its pod's kcp serves until the flip, then stops: kcp's
+        # controller lease is free only once that pod has exited.
+        left = obs.busy.get(SlotName(rollout.from_slot), ())
+        if left:
+            timeout = roll_spec(obs).roll.stop_timeout_seconds
+            until = deadline(rollout, timeout)
+            if obs.now >= until:
+                return KillSlot(SlotName(rollout.from_slot), left, timeout)
+            why = f"waiting for the pods of slot {rollout.from_slot} to exit (its KcpSlot was deleted)"
+            return Wait(why, until=until)
     if old is None or old.gone or (single and old.revision != rollout.from_revision):
         return Advance(nxt, f"slot {rollout.from_slot} has stopped")
     if old.job is not None and not old.job.deleting:
