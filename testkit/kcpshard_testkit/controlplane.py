@@ -58,8 +58,10 @@ CONTROLLERS = (
 )
 # With a real node: the not-ready taint lifted (and a lost node's pods evicted), and the cluster CA
 # published in every namespace (`kube-root-ca.crt`, part of each pod's ServiceAccount token volume).
-NODE_MONITOR_GRACE = "30s"
 NODE_CONTROLLERS = ("node-lifecycle-controller", "root-ca-certificate-publisher-controller")
+# A kubelet that stops reporting is judged after this, not the default 50 s (its lease is renewed every
+# 10 s): a test that stops it waits less.
+NODE_MONITOR_GRACE = "30s"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 APISERVER_START_TIMEOUT = 120.0
 # The API-request bench (hack/api_requests.py) turns on kube-apiserver's audit log with this.
@@ -272,8 +274,6 @@ class ControlPlane:
             "--profiling=false",
         ]
         if self.for_node:
-            # A kubelet that stops reporting is judged after 30 s, not the default 50 s (its lease is
-            # renewed every 10 s): a test that stops it waits less.
             args.append(f"--node-monitor-grace-period={NODE_MONITOR_GRACE}")
         self.controller_manager = Daemon(
             "kube-controller-manager", args, self.workdir / "kube-controller-manager.log"

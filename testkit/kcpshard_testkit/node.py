@@ -32,7 +32,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from kcpshard.k8s.api import ApiClient, ApiError, ResourceRef
+from kcpshard.k8s.api import NODES, ApiClient, ApiError
 from kcpshard_testkit import tools
 from kcpshard_testkit.controlplane import client_kubeconfig
 from kcpshard_testkit.daemon import Daemon, DaemonError
@@ -47,7 +47,6 @@ CONTAINERD_START_TIMEOUT = 60.0
 NODE_READY_TIMEOUT = 120.0
 CNI_BIN_DIR = "/usr/lib/cni"
 POD_SUBNET = "10.88.0.0/24"  # on a bridge with no gateway: reachable from nowhere
-NODES = ResourceRef("", "v1", "nodes", namespaced=False)
 
 
 class NodeError(RuntimeError):

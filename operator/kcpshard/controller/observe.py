@@ -191,10 +191,8 @@ class Observer:
         be read (an operator installed without the right to get nodes)."""
         try:
             found = await self.api.get(NODES, None, node)
-        except NotFound:
-            return None
         except ApiError as exc:
-            if exc.status != 403:
+            if exc.status not in (403, 404):
                 raise
             return None
         return node_not_ready(found)

@@ -31,7 +31,7 @@ def front_down(obs: Observed, active: SlotName | None) -> Stall | Wait | None:
     availability = obs.front_availability
     if availability is None or (availability.available and availability.replacing_since is None):
         return None
-    if not availability.available and availability.node_down:
+    if availability.node_down:
         return node_down(obs, availability.node_down)
     replacing = availability.available
     since_text = availability.replacing_since if replacing else availability.since

@@ -212,17 +212,13 @@ def flipped(rollout: RolloutStatus, to: SlotName, port: int) -> Advance:
 def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) -> Action:
     single = rollout.shape is Shape.SINGLE
     nxt = next_step(rollout, Step.STOPPING_OLD)
-    if old is None and not single and rollout.from_slot:
-        # Its KcpSlot was deleted by someone, but its pod's kcp serves until the flip, then stops: kcp's
-        # controller lease is free only once that pod has exited.
-        left = obs.busy.get(SlotName(rollout.from_slot), ())
-        if left:
-            timeout = roll_spec(obs).roll.stop_timeout_seconds
-            until = deadline(rollout, timeout)
-            if obs.now >= until:
-                return KillSlot(SlotName(rollout.from_slot), left, timeout)
-            why = f"waiting for the pods of slot {rollout.from_slot} to exit (its KcpSlot was deleted)"
-            return Wait(why, until=until)
+    waiting = "waiting for the old slot to exit"
+    if old is None and not single and rollout.from_slot is not None:
+        # Its KcpSlot was deleted by someone, but its pods' kcp serves until the flip, then stops: kcp's
+        # controller lease is free only once they have exited. Judged as a slot whose Job is gone.
+        name = SlotName(rollout.from_slot)
+        old = SlotView(name, rollout.from_revision or "", pods=obs.busy.get(name, ()))
+        waiting = f"waiting for the pods of slot {name.value} to exit (its KcpSlot was deleted)"
     if old is None or old.gone or (single and old.revision != rollout.from_revision):
         return Advance(nxt, f"slot {rollout.from_slot} has stopped")
     if old.job is not None and not old.job.deleting:
@@ -234,7 +230,7 @@ def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) ->
         return KillSlot(old.name, old.pods, timeout)
     if not single and watches_held(obs, old):
         return RequestDrain(old.name)
-    return Wait("waiting for the old slot to exit", until=until)
+    return Wait(waiting, until=until)
 
 
 def watches_held(obs: Observed, old: SlotView) -> bool:

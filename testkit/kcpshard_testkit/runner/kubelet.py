@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kcpshard.api.conditions import now as timestamp
-from kcpshard.k8s.api import ApiClient, ApiError, Conflict, NotFound, ResourceRef
+from kcpshard.k8s.api import NODES, ApiClient, ApiError, Conflict, NotFound, ResourceRef
 from kcpshard_testkit.identity import (
     TOKEN_SECONDS,
     Token,
@@ -36,7 +36,6 @@ from kcpshard_testkit.runner.envs import POD_IP, ConfigError
 
 log = logging.getLogger(__name__)
 
-NODES = ResourceRef("", "v1", "nodes", namespaced=False)
 NODE_LEASES = ResourceRef("coordination.k8s.io", "v1", "leases")
 LEASE_NAMESPACE = "kube-node-lease"
 LEASE_SECONDS = 40
