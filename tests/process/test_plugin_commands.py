@@ -32,6 +32,13 @@ KUBECTL = str(BIN / "kubectl")
 NOW = "2026-03-01T10:00:00Z"
 
 
+def _interruptible() -> None:
+    """Ctrl-C as in a terminal: a suite started as a shell's background job (`make test &`, nohup)
+    inherits SIGINT ignored, and an ignored signal stays ignored across exec, so the watch would never
+    stop on the SIGINT these tests send."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @dataclass
 class Result:
     code: int
@@ -54,6 +61,7 @@ class Env:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             start_new_session=True,
+            preexec_fn=_interruptible,
         )
 
     async def run(self, *args: str, **env: str) -> Result:
