@@ -64,7 +64,7 @@ step() {
 }
 
 tree_hash() { # the names and contents of a folder's files, without Python's and setuptools' leftovers
-  find "$@" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' -print0 | sort -z | xargs -0 sha256sum
+  find "$@" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' ! -path 'testkit/build/*' ! -path 'operator/build/*' -print0 | sort -z | xargs -0 sha256sum
 }
 
 image_size() { "${B[@]}" images --noheading --format '{{.Size}}' --filter "reference=$1" | head -n1; }
@@ -155,6 +155,12 @@ base_image="localhost/kcpshard-base:$BASE_SUITE-$base_key"
 key=$({ echo "$base_key"; cat Dockerfile pyproject.toml; tree_hash operator; } | sha256sum | cut -c1-16)
 tar="$cache/kcpshard-$key.tar"
 
+load_tar() { # tar, local name: an image whose tar is cached but which the storage no longer holds
+  step load "${B[@]}" pull --quiet "docker-archive:$1"
+  "${B[@]}" tag "$(tail -n1 "$cache/logs/load.log")" "$2"
+  "${B[@]}" rmi "docker.io/library/${2#localhost/}" >/dev/null 2>&1 || true # the tar's name; prune sees localhost/
+}
+
 result() { # the line another script reads: name in the tar, the tar, buildah's storage
   printf 'image=%q tar=%q root=%q runroot=%q\n' "$1" "$2" "$cache/storage" "$cache/run"
 }
@@ -163,9 +169,7 @@ result() { # the line another script reads: name in the tar, the tar, buildah's 
 if [ -f "$tar" ] && { [ "$mode" = product ] || has_image "localhost/kcpshard:$key"; }; then
   log "kcpshard:$key: built before (cached): $tar"
 elif [ -f "$tar" ]; then
-  step load "${B[@]}" pull --quiet "docker-archive:$tar"
-  "${B[@]}" tag "$(tail -n1 "$cache/logs/load.log")" "localhost/kcpshard:$key"
-  "${B[@]}" rmi "docker.io/library/kcpshard:$key" >/dev/null 2>&1 || true # the tar's name; prune sees localhost/
+  load_tar "$tar" "localhost/kcpshard:$key"
 else
   if has_image "$base_image"; then
     log "base $base_image: built before (cached)"
@@ -192,8 +196,11 @@ fi
 
 test_key=$({ echo "$key"; tree_hash testkit; } | sha256sum | cut -c1-16)
 test_tar="$cache/kcpshard-test-$test_key.tar"
-if [ -f "$test_tar" ]; then
+if [ -f "$test_tar" ] && has_image "localhost/kcpshard-test:$test_key"; then
   log "kcpshard-test:$test_key: built before (cached): $test_tar"
+elif [ -f "$test_tar" ]; then
+  # the tar outlived its image in the storage (another key's build pruned it): tests run it from there
+  load_tar "$test_tar" "localhost/kcpshard-test:$test_key"
 else
   ctx="$cache/context/test"
   step wheels-test wheels "$ROOT" "$ROOT/testkit"

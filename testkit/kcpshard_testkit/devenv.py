@@ -203,7 +203,10 @@ async def dev_environment(
             pid=os.getpid(),
             start_seconds=round(time.monotonic() - started, 2),
         )
-        (directory / "env.json").write_text(json.dumps(asdict(info), indent=2))
+        # written aside, then renamed: a reader that waits for env.json never sees it half-written
+        partial = directory / "env.json.part"
+        partial.write_text(json.dumps(asdict(info), indent=2))
+        partial.rename(directory / "env.json")
         stack.callback((directory / "env.json").unlink, missing_ok=True)
         yield info
 
