@@ -7,8 +7,8 @@ import pytest
 from fakes import IDENTITY_KEPT, IDENTITY_MADE, REV, SPEC, RecordingApi, act_context, observed
 from kcpshard.api.models import SlotName
 from kcpshard.controller.act import slots
-from kcpshard.k8s.api import JOBS, KCPSLOTS, PODS, ApiError
-from kcpshard.roll.actions import CreateSlot, KillSlot, StopSlot
+from kcpshard.k8s.api import JOBS, KCPSLOTS, ApiError
+from kcpshard.roll.actions import CreateSlot, StopSlot
 
 JOB_B = f"root-b-{REV[:8]}-0"
 
@@ -85,22 +85,3 @@ async def test_stop_slot_deletes_its_job() -> None:
     api.put(JOBS, {"metadata": {"name": "job-a"}})
     await slots.stop_slot(act_context(api), StopSlot(SlotName.A, "job-a"))
     assert api.requests == [("delete", "jobs", "job-a")] and api.names(JOBS) == []
-
-
-async def test_kill_slot_deletes_each_pod_without_grace() -> None:
-    api = RecordingApi()
-    for pod in ("p1", "p2"):
-        api.put(PODS, {"metadata": {"name": pod}})
-    await slots.kill_slot(act_context(api), KillSlot(SlotName.A, ("p1", "gone", "p2"), 20))
-    assert api.requests == [("delete", "pods", "p1"), ("delete", "pods", "gone"), ("delete", "pods", "p2")]
-    assert api.delete_options[("pods", "p2")]["gracePeriodSeconds"] == 0
-
-
-async def test_kill_slot_failing_halfway_leaves_the_rest_for_the_next_round() -> None:
-    api = RecordingApi()
-    for pod in ("p1", "p2"):
-        api.put(PODS, {"metadata": {"name": pod}})
-    api.fail("delete", "pods", "p1")
-    with pytest.raises(ApiError):
-        await slots.kill_slot(act_context(api), KillSlot(SlotName.A, ("p1", "p2"), 20))
-    assert api.names(PODS) == ["p1", "p2"]

@@ -821,7 +821,8 @@ def test_an_old_slot_whose_kcpslot_was_deleted_is_waited_for_until_its_pods_exit
     waiting = next_of(status, slot(B), spec=spec, busy=busy, now=at(19))
     assert isinstance(waiting, plan.Wait) and waiting.until == at(20), waiting
     assert "pods of slot a to exit (its KcpSlot was deleted)" in waiting.reason
-    assert next_of(status, slot(B), spec=spec, busy=busy, now=at(20)) == plan.KillSlot(A, busy[A], 20)
+    late = next_of(status, slot(B), spec=spec, busy=busy, now=at(20))
+    assert isinstance(late, plan.Wait) and "did not exit within 20s of SIGTERM" in late.reason
     action = next_of(status, slot(B), spec=spec, busy={A: ()}, now=at(1))
     assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE
 
@@ -834,11 +835,30 @@ def test_an_old_slot_whose_kcpslot_was_deleted_is_waited_for_until_its_pods_exit
     ],
     ids=["job-deleting", "job-gone-pod-runs"],
 )
-def test_old_slot_outliving_its_stop_timeout_is_killed(old: plan.SlotView) -> None:
+def test_an_old_slot_outliving_its_stop_timeout_is_waited_for_not_deleted(old: plan.SlotView) -> None:
+    # Its host agent kills kcp at the timeout; a force deletion would remove the pod object while the
+    # kubelet still runs its containers, and the lease would be handed over under a live kcp.
     spec = with_roll(stop_timeout_seconds=20)
     status = during(rollout(Step.STOPPING_OLD), active_slot="b")
-    assert isinstance(next_of(status, old, slot(B), spec=spec, now=at(19)), plan.Wait)
-    assert next_of(status, old, slot(B), spec=spec, now=at(20)) == plan.KillSlot(A, old.pods, 20)
+    early = next_of(status, old, slot(B), spec=spec, now=at(19))
+    assert isinstance(early, plan.Wait) and early.until == at(20)
+    late = next_of(status, old, slot(B), spec=spec, now=at(600))
+    assert isinstance(late, plan.Wait), late
+    assert "did not exit within 20s of SIGTERM: its host agent kills kcp" in late.reason
+    assert "lease stays with it until its pods are gone" in late.reason
+
+
+def test_an_old_slot_its_agent_killed_is_said_in_a_warning_when_it_is_gone() -> None:
+    spec = with_roll(stop_timeout_seconds=3)
+    status = during(rollout(Step.STOPPING_OLD), active_slot="b")
+    killed = slot(A, "old", job=None, exited_at="2026-12-01T12:00:09Z", exit_code=137)
+    action = next_of(status, killed, slot(B), spec=spec)
+    assert isinstance(action, plan.Advance) and action.step is Step.HANDING_OVER_LEASE
+    warning = "slot a's kcp did not exit within 3s of SIGTERM: its host agent killed it"
+    assert action.warning == ("SlotKilled", warning)
+    stopped = slot(A, "old", job=None, exited_at="2026-12-01T12:00:09Z", exit_code=0)
+    action = next_of(status, stopped, slot(B), spec=spec)
+    assert isinstance(action, plan.Advance) and action.warning is None
 
 
 def test_blue_green_stops_whatever_runs_in_the_old_slot() -> None:

@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
-from kcpshard.agent.slot_hold import SINGLE, still_serves
+from fakes import RecordingApi
+from kcpshard.agent.slot_hold import SINGLE, read_stop_timeout, still_serves, stop_timeout_of
 from kcpshard.api.models import KcpShardSpec, Shape
 from kcpshard.k8s import builders
+from kcpshard.k8s.api import KCPSHARDS
 
 
 def shard(**status: Any) -> dict[str, Any]:
@@ -53,3 +55,32 @@ def test_a_blue_green_slot_holds_a_replacements_start_and_flip_and_a_single_one_
     assert builders.hold_timeout_seconds(KcpShardSpec.model_validate(spec)) == 300 + 30
     assert builders.hold_timeout_seconds(KcpShardSpec.model_validate({**spec, "shape": "Single"})) == 0
     assert Shape.SINGLE == SINGLE  # the agent's own spelling
+
+
+@pytest.mark.parametrize(
+    ("roll", "expected"),
+    [
+        ({"stopTimeoutSeconds": 3}, 3.0),  # shortened for the roll under way: the agent kills at 3 s
+        ({"stopTimeoutSeconds": 120}, 22.0),  # never longer than the agent's own (the pod's grace holds it)
+        ({}, 22.0),
+        ({"stopTimeoutSeconds": True}, 22.0),
+    ],
+)
+def test_the_stop_timeout_is_the_shards_as_read_at_the_stop_at_most_the_agents(
+    roll: dict[str, Any], expected: float
+) -> None:
+    obj = {"metadata": {"name": "root"}, "spec": {"roll": roll}}
+    assert stop_timeout_of(obj, 22.0) == expected
+    assert stop_timeout_of(None, 22.0) == 22.0
+
+
+async def test_a_shard_that_cannot_be_read_leaves_the_agents_own_stop_timeout() -> None:
+    api = RecordingApi()
+    api.put(
+        KCPSHARDS,
+        {"metadata": {"name": "root", "namespace": "default"}, "spec": {"roll": {"stopTimeoutSeconds": 5}}},
+    )
+    assert await read_stop_timeout(api, "default", "root", 22.0) == 5.0  # type: ignore[arg-type]
+    assert await read_stop_timeout(api, "default", "other", 22.0) == 22.0  # type: ignore[arg-type]
+    api.fail("get", "kcpshards", "root")
+    assert await read_stop_timeout(api, "default", "root", 22.0) == 22.0  # type: ignore[arg-type]

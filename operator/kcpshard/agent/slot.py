@@ -42,7 +42,7 @@ class SlotAgent:
         self.report = SlotReport(opts, api)
         self.stop_requested = asyncio.Event()
         self.material = Material(opts, api, self.report, self.stop_requested)
-        self.supervisor = Supervisor(opts, self.report, self.stop_requested)
+        self.supervisor = Supervisor(opts, self.report, self.stop_requested, self.stop_timeout)
         self.child: Child | None = None
         self.kine: Kine | None = None  # the slot's own kine, when the store is kine
         self.signals = 0
@@ -73,6 +73,11 @@ class SlotAgent:
         else:
             log.warning("stopping kcp: shard %s still serves slot %s after %ss", shard, slot, timeout)
         self.stop_requested.set()
+
+    async def stop_timeout(self) -> float:
+        """SIGTERM to SIGKILL for kcp: the shard's roll.stopTimeoutSeconds as it is at the stop."""
+        shard = str(((self.report.slot or {}).get("spec") or {}).get("shard"))
+        return await slot_hold.read_stop_timeout(self.api, self.opts.namespace, shard, self.opts.stop_timeout)
 
     async def main(self) -> int:
         where = self.report.where

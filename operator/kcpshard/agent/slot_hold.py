@@ -6,7 +6,8 @@ new slot aborted before it), in a Single roll, or when it tears the shard down. 
 the two apart by reading its KcpShard: while the shard still serves this slot (its `activeSlot`, or the
 backend the front reports), the stop was not the operator's, and kcp keeps serving until the recovery
 roll has flipped the front to the other slot, or until the hold's time (inside the pod's grace period)
-has run out.
+has run out. At every stop the agent reads the shard's `roll.stopTimeoutSeconds` too: it kills kcp
+itself at that timeout, since the operator never force-deletes a slot's pod.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kcpshard.k8s.api import KCPSHARDS, ApiClient, NotFound
 log = logging.getLogger("kcpshard.agent.slot")
 
 POLL_SECONDS = 0.5
+READ_SECONDS = 2.0  # a stop does not wait longer on the API server for the shard's stop timeout
 SINGLE = "Single"  # api.spec.Shape.SINGLE: the slot agent does not import pydantic (its start time)
 
 
@@ -60,3 +62,25 @@ async def hold_while_serving(api: ApiClient, namespace: str, shard: str, slot: s
                 return True
         await asyncio.sleep(POLL_SECONDS)
     return False
+
+
+def stop_timeout_of(shard: Mapping[str, Any] | None, default: float) -> float:
+    """The shard's `roll.stopTimeoutSeconds` as it is now (a person may have shortened it for the roll
+    under way), at most the agent's own `--stop-timeout`. The operator waits for the pod to be gone at
+    this timeout and never force-deletes it, so the kill is the agent's (or at last the kubelet's)."""
+    value = (((shard or {}).get("spec") or {}).get("roll") or {}).get("stopTimeoutSeconds")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return min(float(value), default)
+    return default
+
+
+async def read_stop_timeout(api: ApiClient, namespace: str, shard: str, default: float) -> float:
+    """`stop_timeout_of` the shard as read now; `default` when it cannot be read within READ_SECONDS."""
+    try:
+        obj = await asyncio.wait_for(api.get(KCPSHARDS, namespace, shard), READ_SECONDS)
+    except NotFound:
+        return default
+    except API_ERRORS as exc:
+        log.warning("cannot read KcpShard %s/%s for its stop timeout: %s", namespace, shard, exc)
+        return default
+    return stop_timeout_of(obj, default)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import httpx
@@ -25,10 +26,17 @@ log = logging.getLogger("kcpshard.agent.slot")
 
 
 class Supervisor:
-    def __init__(self, opts: Options, report: SlotReport, stop: asyncio.Event) -> None:
+    def __init__(
+        self,
+        opts: Options,
+        report: SlotReport,
+        stop: asyncio.Event,
+        stop_timeout: Callable[[], Awaitable[float]] | None = None,
+    ) -> None:
         self.opts = opts
         self.report = report
         self.stop = stop
+        self.stop_timeout = stop_timeout or self.own_stop_timeout
         self.ready_once = asyncio.Event()  # Ready=True written for this kcp process
 
     async def supervise(
@@ -83,6 +91,9 @@ class Supervisor:
         )
         return 1
 
+    async def own_stop_timeout(self) -> float:
+        return self.opts.stop_timeout
+
     async def stop_kcp(self, child: Child, ready: Cond | None = None) -> None:
         """SIGTERM, wait up to --stop-timeout, then SIGKILL; report the exit. Works without the API server.
 
@@ -91,11 +102,15 @@ class Supervisor:
             self.report.write(None, Cond("Ready", "False", "Stopping", "host agent is stopping kcp"))
         )
         child.signal(signal.SIGTERM)
+        signalled = time.monotonic()
         unlistened = asyncio.create_task(self.report_unlistened(child))
+        timeout = await self.stop_timeout()
         try:
-            returncode = await asyncio.wait_for(child.wait(), self.opts.stop_timeout)
+            returncode = await asyncio.wait_for(
+                child.wait(), max(timeout - (time.monotonic() - signalled), 0)
+            )
         except TimeoutError:
-            log.warning("kcp did not stop within %ss: killing it", self.opts.stop_timeout)
+            log.warning("kcp did not stop within %ss: killing it", timeout)
             child.kill_group()
             returncode = await child.wait()
         finally:

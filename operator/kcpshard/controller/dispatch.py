@@ -44,7 +44,6 @@ class Dispatcher:
             a.DeleteSlot: self._delete_slot,
             a.Flip: self._flip,
             a.StopSlot: self._stop_slot,
-            a.KillSlot: self._kill_slot,
             a.WatchLeaseHolder: self._watch_lease_holder,
             a.FreeLease: self._free_lease,
             a.Probe: self._probe,
@@ -136,14 +135,6 @@ class Dispatcher:
         await slots.stop_slot(self.ctx, action)
         text = f"stopping slot {action.slot.value} (SIGTERM, then kcp's shutdown delay)"
         self.writer.event(obs, "StoppingOld", text)
-
-    async def _kill_slot(self, action: a.KillSlot, obs: Observed) -> None:
-        await slots.kill_slot(self.ctx, action)
-        text = (
-            f"slot {action.slot.value} did not exit within {action.stop_timeout}s of SIGTERM; "
-            "deleted its pod at once (SIGKILL)"
-        )
-        self.writer.event(obs, "SlotKilled", text, warning=True)
 
     async def _watch_lease_holder(self, action: a.WatchLeaseHolder, obs: Observed) -> Outcome:
         return await lease.watch_holder(self.ctx, action)

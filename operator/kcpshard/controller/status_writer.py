@@ -153,6 +153,8 @@ class StatusWriter:
             await self.mark_slot(mark)
         rollout = _rollout(obs)
         await self._mutate(changes.advance(rollout, action, obs.generation, cond.now_precise()))
+        if action.warning is not None:
+            self.event(obs, *action.warning, warning=True)
         self.event(obs, action.step.value, action.message)
 
     async def flip(self, obs: Observed, action: Flip) -> None:

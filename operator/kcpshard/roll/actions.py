@@ -193,6 +193,7 @@ class Advance(Action):
     marks: tuple[SlotMark, ...] = ()
     active_spec: Mapping[str, Any] | None = None
     publish_admin: bool = False
+    warning: tuple[str, str] | None = None  # a Warning Event (reason, message) besides the step's own
 
 
 @dataclass(frozen=True)
@@ -235,15 +236,6 @@ class Flip(Action):
 class StopSlot(Action):
     slot: SlotName
     job: str
-
-
-@dataclass(frozen=True)
-class KillSlot(Action):
-    """The slot outlived its stop timeout: delete its pods at once (the kubelet sends SIGKILL)."""
-
-    slot: SlotName
-    pods: tuple[str, ...]
-    stop_timeout: int
 
 
 @dataclass(frozen=True)

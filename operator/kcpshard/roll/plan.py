@@ -29,7 +29,6 @@ from kcpshard.roll.actions import (
     Flip,
     FreeLease,
     Hold,
-    KillSlot,
     Probe,
     ReportFrontRestarts,
     RequestDrain,
@@ -82,7 +81,6 @@ __all__ = [
     "FreeLease",
     "Hold",
     "JobView",
-    "KillSlot",
     "LeaseReading",
     "Neighbour",
     "Observed",
@@ -170,7 +168,7 @@ def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
         return max(min(remaining, RESYNC_SECONDS), 0.05)
     if isinstance(action, Stall) and action.reason == API_REJECTED:
         return REFUSED_RETRY_SECONDS  # the same request would meet the same answer: ask again rarely
-    if isinstance(action, Wait | Steady | Stall | Hold | KillSlot):
+    if isinstance(action, Wait | Steady | Stall | Hold):
         return RESYNC_SECONDS
     return None
 

@@ -19,7 +19,6 @@ from kcpshard.roll.actions import (
     CreateSlot,
     DeleteSlot,
     Flip,
-    KillSlot,
     Probe,
     ReadKcpLease,
     RequestDrain,
@@ -40,6 +39,8 @@ from kcpshard.roll.rollout import (
     slot_spec,
 )
 from kcpshard.roll.route import next_step
+
+SIGKILLED = 128 + 9  # the exit code the host agent reports for a kcp killed by SIGKILL (agent/child.py)
 
 # While kcp's lease cannot be read, read it again after this long (until the handover's deadline).
 LEASE_RETRY_SECONDS = 2.0
@@ -219,17 +220,29 @@ def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) ->
         name = SlotName(rollout.from_slot)
         old = SlotView(name, rollout.from_revision or "", pods=obs.busy.get(name, ()))
         waiting = f"waiting for the pods of slot {name.value} to exit (its KcpSlot was deleted)"
+    timeout = roll_spec(obs).roll.stop_timeout_seconds
     if old is None or old.gone or (single and old.revision != rollout.from_revision):
-        return Advance(nxt, f"slot {rollout.from_slot} has stopped")
+        stopped = f"slot {rollout.from_slot} has stopped"
+        if old is not None and old.exit_code == SIGKILLED:
+            killed = f"slot {old.name.value}'s kcp did not exit within {timeout}s of SIGTERM"
+            killed += ": its host agent killed it"
+            return Advance(nxt, stopped, warning=("SlotKilled", killed))
+        return Advance(nxt, stopped)
     if old.job is not None and not old.job.deleting:
         return StopSlot(old.name, old.job.name)
-    timeout = roll_spec(obs).roll.stop_timeout_seconds
-    until = deadline(rollout, timeout)
-    if obs.now >= until:
-        # kcp and its host agent outlived SIGTERM and the grace period: the kubelet kills them.
-        return KillSlot(old.name, old.pods, timeout)
     if not single and watches_held(obs, old):
         return RequestDrain(old.name)
+    until = deadline(rollout, timeout)
+    if obs.now >= until:
+        # The host agent kills kcp at this timeout (it reads it at SIGTERM), else the kubelet does at the
+        # pod's grace period. Never a force deletion: it removes the pod object at once while the kubelet
+        # still gives the containers their first grace period (kubernetes/kubernetes#83916, #113717),
+        # and the old kcp could still lead when its lease is handed over.
+        return Wait(
+            f"slot {old.name.value} did not exit within {timeout}s of SIGTERM: its host agent kills kcp, "
+            "or the kubelet at the end of the pod's grace period; kcp's controller lease stays with it "
+            "until its pods are gone (a pod left Terminating: its node is down)"
+        )
     return Wait(waiting, until=until)
 
 

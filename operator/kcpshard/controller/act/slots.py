@@ -8,8 +8,8 @@ from kcpshard.api.models import SlotName
 from kcpshard.controller.act.context import ActContext, create_once
 from kcpshard.controller.act.identity import ensure_agent_identity
 from kcpshard.k8s import builders, names
-from kcpshard.k8s.api import JOBS, KCPSLOTS, PODS, ApiError, NotFound
-from kcpshard.roll.actions import CreateSlot, KillSlot, StopSlot
+from kcpshard.k8s.api import JOBS, KCPSLOTS, ApiError, NotFound
+from kcpshard.roll.actions import CreateSlot, StopSlot
 from kcpshard.roll.observed import Observed
 
 
@@ -46,10 +46,3 @@ async def stop_slot(ctx: ActContext, action: StopSlot) -> None:
     """Delete the slot's Job: the kubelet sends its pod SIGTERM, the host agent stops kcp gently."""
     with contextlib.suppress(NotFound):
         await ctx.api.delete(JOBS, ctx.namespace, action.job, propagation_policy="Background")
-
-
-async def kill_slot(ctx: ActContext, action: KillSlot) -> None:
-    """Delete the slot's pods at once (no grace period): the kubelet sends SIGKILL."""
-    for pod in action.pods:
-        with contextlib.suppress(NotFound):
-            await ctx.api.delete(PODS, ctx.namespace, pod, grace_period_seconds=0)
