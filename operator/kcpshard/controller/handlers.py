@@ -112,5 +112,7 @@ async def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: An
 
 @kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: _slot_or_backup})
 @kopf.on.event("", "v1", "pods", labels={builders.LABEL_COMPONENT: "slot"})
+# the front's availability: a new shard's first roll, a front replacement and NodeNotReady wait on it
+@kopf.on.event("apps", "v1", "deployments", labels={builders.LABEL_COMPONENT: "front"})
 async def workload_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
     WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))
