@@ -166,9 +166,10 @@ result() { # the line another script reads: name in the tar, the tar, buildah's 
 }
 
 # The product image; the test image is built on it, from buildah's storage.
-if [ -f "$tar" ] && { [ "$mode" = product ] || has_image "localhost/kcpshard:$key"; }; then
+if [ -f "$tar" ] && has_image "localhost/kcpshard:$key"; then
   log "kcpshard:$key: built before (cached): $tar"
 elif [ -f "$tar" ]; then
+  # the tar outlived its image in the storage (another key's build pruned it): tests run it from there
   load_tar "$tar" "localhost/kcpshard:$key"
 else
   if has_image "$base_image"; then
@@ -199,7 +200,6 @@ test_tar="$cache/kcpshard-test-$test_key.tar"
 if [ -f "$test_tar" ] && has_image "localhost/kcpshard-test:$test_key"; then
   log "kcpshard-test:$test_key: built before (cached): $test_tar"
 elif [ -f "$test_tar" ]; then
-  # the tar outlived its image in the storage (another key's build pruned it): tests run it from there
   load_tar "$test_tar" "localhost/kcpshard-test:$test_key"
 else
   ctx="$cache/context/test"

@@ -31,12 +31,12 @@ class Supervisor:
         opts: Options,
         report: SlotReport,
         stop: asyncio.Event,
-        stop_timeout: Callable[[], Awaitable[float]] | None = None,
+        stop_timeout: Callable[[], Awaitable[float]],  # read at each stop: the shard's, as it is then
     ) -> None:
         self.opts = opts
         self.report = report
         self.stop = stop
-        self.stop_timeout = stop_timeout or self.own_stop_timeout
+        self.stop_timeout = stop_timeout
         self.ready_once = asyncio.Event()  # Ready=True written for this kcp process
 
     async def supervise(
@@ -91,11 +91,8 @@ class Supervisor:
         )
         return 1
 
-    async def own_stop_timeout(self) -> float:
-        return self.opts.stop_timeout
-
     async def stop_kcp(self, child: Child, ready: Cond | None = None) -> None:
-        """SIGTERM, wait up to --stop-timeout, then SIGKILL; report the exit. Works without the API server.
+        """SIGTERM, wait up to the stop timeout, then SIGKILL; report the exit. Works without the API server.
 
         `ready`: the cause that stopped kcp, kept as the Ready condition with the exit added."""
         stopping = asyncio.create_task(

@@ -7,6 +7,7 @@ roll started.
 from __future__ import annotations
 
 import datetime
+import signal
 
 from kcpshard.api.models import RolloutStatus, Shape, SlotName
 from kcpshard.k8s import names
@@ -40,7 +41,7 @@ from kcpshard.roll.rollout import (
 )
 from kcpshard.roll.route import next_step
 
-SIGKILLED = 128 + 9  # the exit code the host agent reports for a kcp killed by SIGKILL (agent/child.py)
+SIGKILLED = 128 + signal.SIGKILL  # the exit code the host agent reports for a kcp it killed (agent/child.py)
 
 # While kcp's lease cannot be read, read it again after this long (until the handover's deadline).
 LEASE_RETRY_SECONDS = 2.0
