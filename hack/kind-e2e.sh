@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A blue/green roll of a real kcp in a real Kubernetes cluster (kind), with a client sending requests
 # through the front the whole time:
-#   a kind cluster; the image built and loaded; kubectl apply -k deploy/base; a KcpShard from
-#   examples/kcpshard.yaml that runs the real kcp $KCP_FROM; a roll to $KCP_TO; checks (the roll
-#   succeeded, the new version serves, no client request failed); cleanup.
+#   a kind cluster; the image built and loaded; kubectl apply -k deploy/base; then hack/roll-scenario.sh,
+#   the roll scenario: a KcpShard from examples/kcpshard.yaml that runs
+#   the real kcp $KCP_FROM, a roll to $KCP_TO, checks (the roll succeeded onto the other slot, the new
+#   version serves, no client request failed); cleanup.
 #
 # Needs Docker (a running daemon), kind, and KCP_IMAGE: the repository of kcp's official image
 # (<registry>/kcp-dev/kcp, as kcp's documentation names it; its tags are kcp's versions). The
@@ -51,10 +52,8 @@ export PATH="$ROOT/.venv/bin:$PATH"
 
 WORK=$(mktemp -d)
 export KUBECONFIG="$WORK/kubeconfig"
-CLIENT_PID=""
 cleanup() {
   local code=$?
-  [ -z "$CLIENT_PID" ] || kill "$CLIENT_PID" 2>/dev/null || true
   if [ -n "$KEEP" ]; then
     log "keeping cluster $CLUSTER (KUBECONFIG=$KUBECONFIG); delete it with: kind delete cluster --name $CLUSTER"
   else
@@ -106,58 +105,9 @@ kubectl create secret generic kcp-etcd \
   --from-file=tls.crt="$WORK/apiserver-etcd-client.crt" \
   --from-file=tls.key="$WORK/apiserver-etcd-client.key"
 
-log "shard root on kcp $KCP_FROM, from examples/kcpshard.yaml"
-shard_patch=$(
-  cat <<EOF
-{"spec": {
-  "node": "$NODE",
-  "kcp": {"version": "$KCP_FROM", "binary": "$BIN_ON_NODE/kcp-$KCP_FROM"},
-  "store": {"etcd": {"endpoints": ["https://127.0.0.1:2379"], "prefix": "/kcp",
-                     "tlsSecretRef": {"name": "kcp-etcd"}}},
-  "front": {"address": "0.0.0.0", "port": $FRONT_PORT},
-  "shard": {"baseURL": "https://127.0.0.1:$FRONT_PORT"},
-  "shutdownDelaySeconds": 5
-}}
-EOF
-)
-kubectl patch --local -f examples/kcpshard.yaml --type merge -p "$shard_patch" -o yaml | kubectl apply -f -
-kubectl kcpshard status root --wait --timeout 10m
-
-log "a client through the front, with the shard-admin credentials (they survive a new kcp start)"
-kubectl get secret root-shared -o jsonpath='{.data.admin\.kubeconfig}' | base64 -d >"$WORK/admin.kubeconfig"
-front() { kubectl --kubeconfig "$WORK/admin.kubeconfig" --context shard-base "$@"; }
-front get --raw /version
-client() {
-  local ok=0 failed=0
-  while [ ! -e "$WORK/stop" ]; do
-    if front get --raw /clusters/root/apis/tenancy.kcp.io/v1alpha1/workspaces >/dev/null 2>>"$WORK/client.err"; then
-      ok=$((ok + 1))
-    else
-      failed=$((failed + 1))
-    fi
-    echo "$ok $failed" >"$WORK/client.count"
-  done
-}
-client &
-CLIENT_PID=$!
-
-log "roll to kcp $KCP_TO"
-kubectl patch kcpshard root --type merge \
-  -p "{\"spec\": {\"kcp\": {\"version\": \"$KCP_TO\", \"binary\": \"$BIN_ON_NODE/kcp-$KCP_TO\"}}}"
-kubectl kcpshard status root --wait --timeout 15m
-touch "$WORK/stop"
-wait "$CLIENT_PID"
-CLIENT_PID=""
-
-log "checks"
-kubectl kcpshard status root
-kubectl kcpshard history root
-result=$(kubectl get kcpshard root -o jsonpath='{.status.lastRoll.result}')
-[ "$result" = Succeeded ] || fail "the roll ended $result"
-front get --raw /version | grep -q "kcp-$KCP_TO" || fail "the front does not serve kcp $KCP_TO"
-[ -f "$WORK/client.count" ] || fail "the client never ran"
-read -r ok failed <"$WORK/client.count"
-log "client: $ok requests answered, $failed failed"
-[ "$ok" -gt 0 ] || fail "no client request was answered"
-[ "$failed" -eq 0 ] || fail "$failed client requests failed: $(tail -n 3 "$WORK/client.err")"
-log "OK: kcp $KCP_FROM -> $KCP_TO blue/green with no failed request"
+log "the roll scenario (hack/roll-scenario.sh)"
+mkdir -p "$WORK/scenario"
+export NODE FRONT_PORT KCP_FROM KCP_TO SHARD=root FRONT_ADDRESS=0.0.0.0 SHUTDOWN_DELAY=5
+export BIN_FROM="$BIN_ON_NODE/kcp-$KCP_FROM" BIN_TO="$BIN_ON_NODE/kcp-$KCP_TO"
+export STORE='{"etcd": {"endpoints": ["https://127.0.0.1:2379"], "prefix": "/kcp", "tlsSecretRef": {"name": "kcp-etcd"}}}'
+WORK="$WORK/scenario" bash hack/roll-scenario.sh
