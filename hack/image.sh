@@ -161,17 +161,21 @@ load_tar() { # tar, local name: an image whose tar is cached but which the stora
   "${B[@]}" rmi "docker.io/library/${2#localhost/}" >/dev/null 2>&1 || true # the tar's name; prune sees localhost/
 }
 
+cached() { # local name, tar: the image ready from the cache (built before, or its tar loaded back); 1: build it
+  [ -f "$2" ] || return 1
+  if has_image "$1"; then
+    log "${1#localhost/}: built before (cached): $2"
+  else # the tar outlived its image in the storage (another key's build pruned it): tests run it from there
+    load_tar "$2" "$1"
+  fi
+}
+
 result() { # the line another script reads: name in the tar, the tar, buildah's storage
   printf 'image=%q tar=%q root=%q runroot=%q\n' "$1" "$2" "$cache/storage" "$cache/run"
 }
 
 # The product image; the test image is built on it, from buildah's storage.
-if [ -f "$tar" ] && has_image "localhost/kcpshard:$key"; then
-  log "kcpshard:$key: built before (cached): $tar"
-elif [ -f "$tar" ]; then
-  # the tar outlived its image in the storage (another key's build pruned it): tests run it from there
-  load_tar "$tar" "localhost/kcpshard:$key"
-else
+if ! cached "localhost/kcpshard:$key" "$tar"; then
   if has_image "$base_image"; then
     log "base $base_image: built before (cached)"
   else
@@ -197,11 +201,7 @@ fi
 
 test_key=$({ echo "$key"; tree_hash testkit; } | sha256sum | cut -c1-16)
 test_tar="$cache/kcpshard-test-$test_key.tar"
-if [ -f "$test_tar" ] && has_image "localhost/kcpshard-test:$test_key"; then
-  log "kcpshard-test:$test_key: built before (cached): $test_tar"
-elif [ -f "$test_tar" ]; then
-  load_tar "$test_tar" "localhost/kcpshard-test:$test_key"
-else
+if ! cached "localhost/kcpshard-test:$test_key" "$test_tar"; then
   ctx="$cache/context/test"
   step wheels-test wheels "$ROOT" "$ROOT/testkit"
   step build-test "${B[@]}" bud --pull-never --network host --isolation chroot -f "$ROOT/testkit/Dockerfile" \

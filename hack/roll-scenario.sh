@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The blue/green roll scenario, on any cluster where the operator runs: hack/kind-e2e.sh runs it on kind,
-# or by hand on any cluster where the operator runs (the local suite does not run it yet).
+# The blue/green roll scenario, on any cluster where the operator runs: hack/kind-e2e.sh runs it on kind;
+# run it by hand elsewhere (the local suite does not run it yet).
 #   a KcpShard from examples/kcpshard.yaml on kcp $KCP_FROM, until Ready; a client through the front with the
 #   shard-admin credentials (a new kubectl, so a new connection, per request); a roll to kcp $KCP_TO; checks:
 #   the roll Succeeded onto the other slot, the front serves $KCP_TO, the client got answers and none failed.
