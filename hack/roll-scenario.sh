@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The blue/green roll scenario, on any cluster where the operator runs: hack/kind-e2e.sh runs it on kind;
-# run it by hand elsewhere (the local suite does not run it yet).
+# tests/node/test_real_node.py runs it on the local real node; run it by hand on any other cluster.
 #   a KcpShard from examples/kcpshard.yaml on kcp $KCP_FROM, until Ready; a client through the front with the
 #   shard-admin credentials (a new kubectl, so a new connection, per request); a roll to kcp $KCP_TO; checks:
 #   the roll Succeeded onto the other slot, the front serves $KCP_TO, the client got answers and none failed.
@@ -65,7 +65,8 @@ kubectl kcpshard status "$SHARD" --wait --timeout "$READY_TIMEOUT"
 log "a client through the front, with the shard-admin credentials (they survive a new kcp start)"
 kubectl get secret "$SHARD-shared" -o jsonpath='{.data.admin\.kubeconfig}' | base64 -d >"$WORK/admin.kubeconfig"
 chmod 600 "$WORK/admin.kubeconfig"
-front() { kubectl --kubeconfig "$WORK/admin.kubeconfig" --context shard-base "$@"; }
+# kcp writes the file with its own port (the slot's, not the front's): --server names the front.
+front() { kubectl --kubeconfig "$WORK/admin.kubeconfig" --context shard-base --server "https://127.0.0.1:$FRONT_PORT" "$@"; }
 front get --raw /version | grep -q "kcp-$KCP_FROM" || fail "the front does not serve kcp $KCP_FROM"
 client() {
   local ok=0 failed=0

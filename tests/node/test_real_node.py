@@ -2,11 +2,17 @@
 
 The operator is deploy/base's Deployment (non-root, its ServiceAccount token mounted by the API server,
 in-cluster configuration); the slot Jobs and the front are containers of the images; `kubectl logs` and
-`kubectl exec` go through the kubelet as in any cluster."""
+`kubectl exec` go through the kubelet as in any cluster. hack/roll-scenario.sh, kind's roll, runs here too."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -16,8 +22,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard_testkit import scenario
 from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
+from kcpshard_testkit.kubectl import kubectl_binary
+from kcpshard_testkit.realkcp import NEWER, OLDER, on_the_node, real_kcp
 from kcpshard_testkit.stack import Stack, shard_manifest
 from kcpshard_testkit.tcp import free_port
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
 
@@ -99,6 +109,54 @@ async def test_blue_green_roll_in_containers_loses_no_request(cluster: Stack, im
     assert report.ok > 0
     pods = _json(cluster, "get", "pods", "-l", "kcpshard.dev/shard=green")["items"]
     assert all(p["spec"]["containers"][0]["image"] for p in pods)
+
+
+async def test_the_roll_scenario_rolls_real_kcp_in_containers_with_no_failed_request(cluster: Stack) -> None:
+    """hack/roll-scenario.sh, the scenario hack/kind-e2e.sh runs on kind, here on the real node: real kcp
+    v0.30.0 to v0.31.2, the binaries where the README tells users to put them, a client through the front."""
+    older, newer = real_kcp(OLDER), real_kcp(NEWER)
+    port = free_port()
+    store = {"etcd": {"endpoints": [cluster.info.etcd_endpoint], "prefix": "/shards/default/scenario"}}
+    tools = os.pathsep.join((str(Path(kubectl_binary()).parent), str(Path(sys.executable).parent)))
+    env = {
+        **os.environ,
+        "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}",  # kubectl and its kcpshard plugin
+        "KUBECONFIG": cluster.info.kubeconfig,
+        "NODE": cluster.info.node,
+        "FRONT_PORT": str(port),
+        "FRONT_ADDRESS": "127.0.0.1",
+        "STORE": json.dumps(store),
+        "SHARD": "scenario",
+        "SHUTDOWN_DELAY": "2",
+        "KCP_FROM": older.version,
+        "KCP_TO": newer.version,
+        "BIN_FROM": on_the_node(older),
+        "BIN_TO": on_the_node(newer),
+    }
+    ran = await asyncio.to_thread(
+        subprocess.run,
+        ["bash", str(REPO / "hack" / "roll-scenario.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
+    )
+    print(ran.stdout, ran.stderr)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f"OK: kcp {older.version} -> {newer.version} blue/green" in ran.stderr
+    answered = re.search(r"client: (\d+) requests answered, 0 failed", ran.stderr)
+    assert answered and int(answered.group(1)) > 0, ran.stderr[-3000:]
+
+    # The serving slot's host agent is a container: its log, read through the kubelet, names its kcp.
+    shard = await cluster.shard("scenario")
+    assert shard["status"]["lastRoll"]["result"] == "Succeeded"
+    slot = await cluster.api.get(KCPSLOTS, "default", f"scenario-{shard['status']['activeSlot']}")
+    jobs = await scenario.slot_jobs(cluster, "scenario")
+    [job] = [j for j in jobs if j.startswith(f"scenario-{shard['status']['activeSlot']}")]
+    logs = cluster.kubectl("logs", f"job/{job}").stdout
+    assert f"kcp started, pid {slot['status']['pid']}" in logs, logs[-2000:]
+    pods = _json(cluster, "get", "pods", "-l", "kcpshard.dev/shard=scenario")["items"]
+    assert pods and all(p["spec"]["containers"][0]["image"] for p in pods)
 
 
 def _metrics_port(stack: Stack) -> int:
