@@ -5,7 +5,10 @@ It behaves as client-go does where that matters for a roll, and no further:
   `checkWait`/`IsRetryableError`, up to 10 tries): kcp answers so while it shuts down;
 - an idempotent request on a reused keep-alive connection that the server closed
   before any byte of the answer came back is retried once on a new connection
-  (Go's `net/http.Transport` does the same: `shouldRetryRequest`).
+  (Go's `net/http.Transport` does the same: `shouldRetryRequest`);
+- a GET whose connection was reset or closed (an EOF, also during the TLS handshake) is
+  retried after 1 s, within the same 10 tries (client-go's `rest.Request.request`:
+  `IsConnectionReset`/`IsProbableEOF` on a GET, answered as a `Retry-After: 1`).
 Anything else counts as a failure: a refused connection, a 5xx, a timeout.
 """
 
@@ -15,6 +18,7 @@ import asyncio
 import math
 import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -36,6 +40,7 @@ class LoadReport:
     failed: int = 0
     retried_429: int = 0
     retried_closed: int = 0
+    retried_reset: int = 0
     failures: list[str] = field(default_factory=list)
     by_status: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -87,9 +92,37 @@ class LoadReport:
     def summary(self) -> str:
         return (
             f"{self.ok} requests succeeded, {self.failed} failed "
-            f"({self.retried_429} retried after 429, {self.retried_closed} after a closed keep-alive) "
+            f"({self.retried_429} retried after 429, {self.retried_closed} after a closed keep-alive, "
+            f"{self.retried_reset} after a reset) "
             f"in {self.seconds:.1f}s"
         )
+
+
+RESETS = (ConnectionResetError, BrokenPipeError, EOFError, ssl.SSLEOFError, ssl.SSLZeroReturnError)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def reset_or_eof(exc: BaseException) -> bool:
+    """What client-go's `IsConnectionReset`/`IsProbableEOF` take for a transient error: the connection
+    reset by the peer or closed under the request (also in the TLS handshake). A refused connection is
+    neither: nothing listens."""
+    chain = list(_chain(exc))
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return False
+    return any(
+        isinstance(e, RESETS)
+        or "connection reset by peer" in str(e).lower()
+        or "server disconnected" in str(e).lower()
+        for e in chain
+    )
 
 
 class KubeStyleLoad:
@@ -102,13 +135,18 @@ class KubeStyleLoad:
         *,
         concurrency: int = 2,
         max_retries: int = 10,
+        fresh_connections: bool = False,
     ) -> None:
+        """`fresh_connections`: each request on a connection of its own (`Connection: close`), as a new
+        kubectl per request does: it sees a port nothing listens on, which kept-alive connections hide."""
         self.base_url = base_url
         self.path = path
         self.concurrency = concurrency
         self.max_retries = max_retries
         self.report = LoadReport()
         self._client = kube_client(base_url, token, ca_pem)
+        if fresh_connections:
+            self._client.headers["Connection"] = "close"
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -118,11 +156,15 @@ class KubeStyleLoad:
         for _ in range(self.max_retries):
             try:
                 response = await self._client.get(self.path)
-            except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.ConnectError) as exc:
                 # The server closed a reused connection before answering: retry once, as Go does.
-                if not closed_retry_used:
+                if not closed_retry_used and not isinstance(exc, httpx.ConnectError):
                     closed_retry_used = True
                     self.report.retried_closed += 1
+                    continue
+                if reset_or_eof(exc):  # client-go retries a GET after 1 s
+                    self.report.retried_reset += 1
+                    await asyncio.sleep(1.0)
                     continue
                 self._fail(f"{type(exc).__name__}: {exc}")
                 return False

@@ -138,11 +138,13 @@ async def wait_event(stack: Stack, name: str, reason: str, timeout: float = 30) 
 
 @contextlib.asynccontextmanager
 async def traffic(
-    stack: Stack, port: int, name: str = "root", warmup: int = 10
+    stack: Stack, port: int, name: str = "root", warmup: int = 10, *, fresh_connections: bool = False
 ) -> AsyncIterator[KubeStyleLoad]:
     """A kube-style client sending requests through the front for as long as the block runs."""
     admin = await stack.shard_admin(name)
-    load = KubeStyleLoad(f"https://127.0.0.1:{port}", admin.token, admin.ca_pem)
+    load = KubeStyleLoad(
+        f"https://127.0.0.1:{port}", admin.token, admin.ca_pem, fresh_connections=fresh_connections
+    )
     await load.start()
     try:
 

@@ -8,12 +8,14 @@ import json
 import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kcpshard.api import annotations
 from kcpshard.k8s.api import KCPSHARDS
+from kcpshard.k8s.builders import STATE_ROOT, shard_state_dir
 from kcpshard_testkit import scenario
 from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
 from kcpshard_testkit.stack import Stack, shard_manifest
@@ -156,6 +158,64 @@ async def test_the_serving_slot_deleted_serves_until_its_replacement_does(
     print(f"serving slot's {deleted} deleted: {load.report.summary()}, recovery {last['durations']}")
     assert running_at_flip, old["status"]
     assert last["result"] == "Succeeded" and last["recovery"] is True, last
+    assert load.report.failed == 0, load.report.failures
+
+
+def _serving_front_pods(stack: Stack, name: str) -> list[str]:
+    pods = _json(stack, "get", "pods", "-l", f"kcpshard.dev/shard={name},kcpshard.dev/component=front")
+    return sorted(
+        p["metadata"]["name"]
+        for p in pods["items"]
+        if not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", ()))
+    )
+
+
+def _front_processes(name: str, pod: str, program: bytes) -> list[int]:
+    """Pids on this node of `program` (its argv[0] ends so) in the front pod's state dir."""
+    state = f"{shard_state_dir('default', name)}/front/{pod}/".encode()
+    return sorted(
+        pid
+        for pid, args in scenario.processes(Path(STATE_ROOT)).items()
+        if args and args[0].endswith(program) and any(state in a for a in args)
+    )
+
+
+@pytest.mark.parametrize("fault", ["pod-deleted", "haproxy-killed"])
+async def test_a_front_fault_loses_no_request(cluster: Stack, images: Any, fault: str) -> None:
+    """The front pod deleted by a person (or a forced eviction): it serves on until the Deployment's
+    replacement serves (agent/front_hold.py). One HAProxy of the pod's pair SIGKILLed: the other holds
+    the port (SO_REUSEPORT) and the agent starts it again (agent/front_pair.py)."""
+    name = f"front-{fault}"
+    port = await _serving(cluster, name, images, shutdownDelaySeconds=2)
+    [pod] = _serving_front_pods(cluster, name)
+    # A new connection per request: a port left with no listener fails it (kept-alive ones would not see).
+    async with scenario.traffic(cluster, port, name, fresh_connections=True) as load:
+        await scenario.more_requests(load)
+        if fault == "pod-deleted":
+            cluster.kubectl("delete", "pod", pod, "--wait=false")
+
+            async def replaced() -> list[str] | None:
+                gone = not _json(cluster, "get", "pods", "--field-selector", f"metadata.name={pod}")["items"]
+                serving = [p for p in _serving_front_pods(cluster, name) if p != pod]
+                return serving if gone and serving else None
+
+            await wait_for("a new front pod serving, the deleted one gone", replaced, timeout=180)
+        else:
+            haproxy = _front_processes(name, pod, b"haproxy")
+            assert len(haproxy) == 2, haproxy  # the pair
+            os.kill(haproxy[0], signal.SIGKILL)
+
+            async def restarted() -> dict[str, Any] | None:
+                front = (await cluster.shard(name))["status"]["front"]
+                again = _front_processes(name, pod, b"haproxy")
+                return front if front.get("restarts", 0) >= 1 and len(again) == 2 else None
+
+            front = await wait_for("the killed HAProxy started again", restarted, timeout=120)
+            assert "haproxy" in (front.get("lastRestart") or ""), front
+        await scenario.more_requests(load)
+    print(f"front {fault}: {load.report.summary()}")
+    assert load.report.ok > 0
     assert load.report.failed == 0, load.report.failures
 
 

@@ -95,6 +95,11 @@ def test_front_deployment_replaces_its_pod_make_before_break_on_the_node(tmp_pat
     assert subprocess.run(probe, env=env).returncode == 0
     assert front_dir.endswith("/front")
     pod = deployment["spec"]["template"]["spec"]
+    # A deleted front pod serves on until another one does (agent/front_hold.py), inside its grace period
+    # with the agent's soft stop after it.
+    [hold] = _option(container["command"], "--hold-seconds")
+    assert float(hold) > 0
+    assert pod["terminationGracePeriodSeconds"] >= float(hold) + front.STOP_GRACE_SECONDS
     assert pod["nodeName"] == "node-7" and pod["hostNetwork"] is True
     assert (
         deployment["spec"]["selector"]["matchLabels"].items()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import socket
+import ssl
+import struct
 import time
+from pathlib import Path
 
-from kcpshard_testkit.load import KubeStyleLoad, LoadReport
+from kcpshard_testkit.load import KubeStyleLoad, LoadReport, reset_or_eof
 from kcpshard_testkit.pki import CertificateAuthority
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
@@ -71,3 +76,59 @@ def test_the_outage_runs_from_the_last_success_before_failures_to_the_first_afte
     assert LoadReport(outcomes=[(1.0, True), (2.0, True)]).outage_seconds() == 0.0
     # Parallel requests end out of order: sorted by when they ended.
     assert LoadReport(outcomes=[(3.0, True), (2.0, False), (1.0, True)]).outage_seconds() == 2.0
+
+
+def _wrapped(inner: BaseException) -> BaseException:
+    """As httpx raises it: its ConnectError, from the transport's error, from the socket's."""
+    try:
+        try:
+            raise inner
+        except BaseException as exc:
+            raise OSError("transport") from exc
+    except OSError as exc:
+        return exc
+
+
+def test_a_reset_or_a_closed_connection_is_retried_as_client_go_does_a_refusal_is_not() -> None:
+    assert reset_or_eof(_wrapped(ConnectionResetError(104, "Connection reset by peer")))
+    assert reset_or_eof(_wrapped(ssl.SSLEOFError(8, "EOF occurred in violation of protocol")))
+    assert reset_or_eof(RuntimeError("Server disconnected without sending a response."))
+    assert not reset_or_eof(_wrapped(ConnectionRefusedError(111, "Connection refused")))
+    assert not reset_or_eof(_wrapped(TimeoutError("timed out")))
+
+
+async def test_a_get_reset_in_the_handshake_is_retried_and_then_answered(tmp_path: Path) -> None:
+    """A server that resets the first connections (as a killed proxy's do) and then answers: no failure,
+    the resets counted as retried."""
+    ca = CertificateAuthority()
+    resets = 2
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal resets
+        if resets:
+            resets -= 1
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST on close
+            writer.transport.abort()
+            return
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}")
+        await writer.drain()
+        writer.close()
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(*ca.serving("front").write(tmp_path / "tls.crt", tmp_path / "tls.key"))
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=context)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        load = KubeStyleLoad(f"https://127.0.0.1:{port}", "token", ca.cert_pem, concurrency=1)
+        await load.start()
+
+        async def answered() -> bool:
+            return load.report.ok >= 1
+
+        await wait_for("an answer after the resets", answered, timeout=20, interval=0.05)
+        report = await load.stop()
+    assert report.failed == 0, report.failures
+    # The first may pass as Go's one retry of a closed keep-alive; the second only as client-go's retry.
+    assert report.retried_closed + report.retried_reset == 2 and report.retried_reset >= 1

@@ -37,6 +37,7 @@ from kcpshard import retry
 from kcpshard.agent import cli
 from kcpshard.agent import front_status as report
 from kcpshard.agent.errors import Failure
+from kcpshard.agent.front_hold import hold_until_replaced, stop_when_replaced
 from kcpshard.agent.front_options import Options, parse_args
 from kcpshard.agent.front_pair import HAProxyPair
 from kcpshard.agent.front_pod import READY_FILE as READY_FILE
@@ -328,10 +329,12 @@ async def _work(opts: Options, api: ApiClient) -> int:
     if pod is not None:
         # A folder per pod: a replacement front runs beside the one it replaces.
         state_dir = state_dir / pod
-    stop = asyncio.Event()
+    # The first SIGTERM asks the front to stop once another pod of it serves (front_hold.py); a second
+    # one, or SIGINT, stops it at once.
+    asked, stop = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, lambda: (stop if asked.is_set() else asked).set())
+    loop.add_signal_handler(signal.SIGINT, stop.set)
     agent = FrontAgent(
         api,
         namespace,
@@ -341,7 +344,19 @@ async def _work(opts: Options, api: ApiClient) -> int:
         report_interval=opts.report_interval,
         pod=pod,
     )
-    return await agent.run(stop)
+
+    async def hold() -> str:
+        if pod is None or not opts.hold_seconds:  # not in a pod: no replacement comes
+            return "no hold"
+        return await hold_until_replaced(api, namespace, opts.shard, pod, opts.hold_seconds, errors=PASSES)
+
+    holding = asyncio.create_task(stop_when_replaced(asked, stop, hold))
+    try:
+        return await agent.run(stop)
+    finally:
+        holding.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await holding
 
 
 def run(argv: Sequence[str]) -> int:

@@ -18,6 +18,7 @@ class Options:
     haproxy: str | None = None
     kubeconfig: str | None = None
     report_interval: float = 1.0
+    hold_seconds: float = 0.0
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -32,9 +33,17 @@ def parse_args(argv: Sequence[str]) -> Options:
     parser.add_argument(
         "--report-interval", type=float, default=1.0, help="seconds between connection reports (default 1)"
     )
+    parser.add_argument(
+        "--hold-seconds",
+        type=float,
+        default=0.0,
+        help="after SIGTERM, serve on until another pod of the front serves, at most this long (default 0)",
+    )
     args = parser.parse_args(list(argv))
     if args.report_interval <= 0:
         raise UsageError("--report-interval must be positive")
+    if args.hold_seconds < 0:
+        raise UsageError("--hold-seconds must not be negative")
     return Options(
         shard=args.shard,
         namespace=args.namespace,
@@ -42,4 +51,5 @@ def parse_args(argv: Sequence[str]) -> Options:
         haproxy=args.haproxy,
         kubeconfig=args.kubeconfig,
         report_interval=args.report_interval,
+        hold_seconds=args.hold_seconds,
     )

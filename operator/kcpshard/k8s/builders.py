@@ -37,6 +37,9 @@ STATE_ROOT = "/var/lib/kcpshard"
 DEFAULT_IMAGE = "kcpshard:0.1.0"
 # Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
 STOP_MARGIN_SECONDS = 20
+# A front pod deleted or evicted serves on until another pod of its front serves, at most this long
+# (agent/front_hold.py): a replacement's container start fits in it.
+FRONT_HOLD_SECONDS = 30
 
 
 # The front pod's readiness: its agent keeps <front dir>/<pod>/serving while every HAProxy serves.
@@ -305,6 +308,8 @@ def front_deployment(
         shard,
         "--state-dir",
         front_dir,
+        "--hold-seconds",
+        str(FRONT_HOLD_SECONDS),
     ]
     pod_labels = labels(shard, "front")
     deployment: dict[str, Any] = {
@@ -329,7 +334,8 @@ def front_deployment(
                     "nodeName": spec.node,
                     "hostNetwork": True,
                     "serviceAccountName": agent_name(shard),
-                    "terminationGracePeriodSeconds": 10,
+                    # The hold, then the agent's soft stop (7 s) and a margin.
+                    "terminationGracePeriodSeconds": FRONT_HOLD_SECONDS + 10,
                     "containers": [
                         {
                             "name": "front",
