@@ -41,6 +41,7 @@ from kcpshard_testkit import scenario
 from kcpshard_testkit.controlplane import AUDIT_ENV
 from kcpshard_testkit.devenv import default_api
 from kcpshard_testkit.kcpbin import make_kcp
+from kcpshard_testkit.leasewatch import GAP_PARTS
 from kcpshard_testkit.load import LoadReport
 from kcpshard_testkit.realkcp import NEWER, real_kcp
 from kcpshard_testkit.stack import Stack, running_stack, stack_api
@@ -153,6 +154,17 @@ def picture(bg: list[RollRun], out: Path) -> None:
     render_timeline(run.report, run.during, marks, out, title)
 
 
+def _gap_part(results: dict[str, Any], part: str) -> Callable[[str], str]:
+    """A part of the leaderless gap (the old kcp's last renewal, SIGTERM, exit, the lease deleted, the
+    new holder's acquisition), median (min-max); n/a where the way has no such part."""
+
+    def cell(way: str) -> str:
+        value = (results[way].get("leaderlessGapParts") or {}).get(part)
+        return "n/a" if value is None else f"{value['median']:g} s ({value['min']:g}-{value['max']:g})"
+
+    return cell
+
+
 def table(results: dict[str, Any]) -> str:
     def med(way: str, key: str, unit: str = "") -> str:
         value = results[way].get(key)
@@ -173,6 +185,7 @@ def table(results: dict[str, Any]) -> str:
         ("p50 before / during (ms)", lambda w: f"{med(w, 'p50MsBefore')} / {med(w, 'p50Ms')}"),
         ("p99 before / during (ms)", lambda w: f"{med(w, 'p99MsBefore')} / {med(w, 'p99Ms')}"),
         ("leaderless gap", lambda w: med(w, "leaderlessGapSeconds", " s")),
+        *((f"  gap: {part}", _gap_part(results, part)) for part in GAP_PARTS),
         (
             "watch: missed / relists / created",
             lambda w: (

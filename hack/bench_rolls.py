@@ -22,6 +22,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.kubeconfig import ShardAdmin
 from kcpshard_testkit import scenario
-from kcpshard_testkit.leasewatch import Handover, LeaseWatch
+from kcpshard_testkit.leasewatch import GAP_PARTS, Handover, LeaseWatch, gap_parts, parse_micro_time
 from kcpshard_testkit.load import KubeStyleLoad, LoadReport, kube_client
 from kcpshard_testkit.realkcp import real_kcp_processes
 from kcpshard_testkit.stack import Stack
@@ -59,10 +60,40 @@ class RollRun:
     slot: dict[str, Any] | None = None  # the new slot's KcpSlot status (for the share's breakdown)
     cpu_seconds: float | None = None
     requests: dict[str, int] | None = None
+    gap_parts: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def leaderless_gap(self) -> float | None:
         return self.handovers[-1].gap_seconds if self.handovers else None
+
+
+class OldSlotTimes:
+    """Polls the serving slot's KcpSlot through a roll for its host agent's `stoppingAt` and `exitedAt`
+    (the roll retires the object at its end, so they are read while it lasts)."""
+
+    def __init__(self, stack: Stack, slot: str | None) -> None:
+        self.stack, self.slot = stack, slot
+        self.status: dict[str, Any] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.slot is not None:
+            self._task = asyncio.create_task(self._poll())
+
+    async def _poll(self) -> None:
+        while True:
+            with contextlib.suppress(Exception):  # gone (retired) or the API busy: keep what was read
+                obj = await self.stack.api.get(KCPSLOTS, "default", f"root-{self.slot}")
+                self.status = obj.get("status") or {}
+            await asyncio.sleep(0.1)
+
+    async def stop(self) -> tuple[datetime | None, datetime | None]:
+        """The old kcp's SIGTERM and exit, as its host agent wrote them (None: not seen)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        return parse_micro_time(self.status.get("stoppingAt")), parse_micro_time(self.status.get("exitedAt"))
 
 
 class Clients:
@@ -131,19 +162,27 @@ async def measure(
     assert stack.operator is not None
     cpu0 = cpu_seconds(stack.operator.popen.pid)
     audit.mark()
+    serving = ((await stack.shard("root")).get("status") or {}).get("activeSlot")
+    old_slot = OldSlotTimes(stack, serving if way != "stopStart" else None)
+    old_slot.start()
     started = time.monotonic()
     report = await act()
     total = time.monotonic() - started
     operator_cpu = cpu_seconds(stack.operator.popen.pid) - cpu0 if way != "stopStart" else None
     requests = dict(audit.since_mark().counts) if way != "stopStart" else None
     await _lease_moved(clients.lease, 1, timeout=180)
+    observations = list(clients.lease.observations)
     load, watch, handovers = await clients.stop()
+    sigterm_at, exited_at = await old_slot.stop()
+    parts = {}
+    if handovers:
+        parts = gap_parts(handovers[-1], observations, sigterm_at=sigterm_at, exited_at=exited_at)
     slot = None
     if report is not None:
         total = report["durations"]["total"]
         kcpslot = await stack.api.get(KCPSLOTS, "default", f"root-{report['toSlot']}")
         slot = kcpslot.get("status") or {}
-    return RollRun(way, before, load, watch, handovers, total, report, slot, operator_cpu, requests)
+    return RollRun(way, before, load, watch, handovers, total, report, slot, operator_cpu, requests, parts)
 
 
 async def spec_roll(stack: Stack, change: dict[str, Any]) -> dict[str, Any]:
@@ -258,6 +297,11 @@ def summary(runs: list[RollRun]) -> dict[str, Any]:
     gaps = [r.leaderless_gap for r in runs if r.leaderless_gap is not None]
     if gaps:
         out["leaderlessGapSeconds"] = spread([round(g, 3) for g in gaps])
+    part_names = [p for p in GAP_PARTS if any(p in r.gap_parts for r in runs)]
+    if part_names:
+        out["leaderlessGapParts"] = {
+            p: spread([r.gap_parts[p] for r in runs if p in r.gap_parts]) for p in part_names
+        }
     shares = [r.report["durations"].get("operatorShare") for r in runs if r.report]
     if shares and None not in shares:
         out["operatorShareSeconds"] = spread([float(s) for s in shares if s is not None])

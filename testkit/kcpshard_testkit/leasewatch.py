@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -167,3 +168,38 @@ class LeaseWatch:
         if not self.observations or self.observations[-1].key != obs.key:
             self.observations.append(obs)
         return obs
+
+
+# The parts of the leaderless gap, in the order they follow each other (gap_parts).
+GAP_PARTS = ("lastRenewalToSigterm", "sigtermToExit", "exitToLeaseDeleted", "deletedToAcquired")
+
+
+def deleted_at(observations: Iterable[Observation], handover: Handover) -> datetime | None:
+    """When the watch first saw no lease between the old holder's last renewal and the new holder's
+    acquisition (the operator deletes it once the old kcp exited); None if it saw none."""
+    for obs in observations:
+        seen = datetime.fromtimestamp(obs.seen_at, UTC)
+        if obs.holder is None and handover.last_renewal <= seen <= handover.first_renewal:
+            return seen
+    return None
+
+
+def gap_parts(
+    handover: Handover,
+    observations: Iterable[Observation],
+    *,
+    sigterm_at: datetime | None,
+    exited_at: datetime | None,
+) -> dict[str, float]:
+    """The leaderless gap in its parts, each from the old holder's last renewal on: to the old kcp's
+    SIGTERM (negative when it renewed after it), SIGTERM to its exit, exit to the lease deleted, delete to
+    the new holder's acquisition. `sigterm_at` and `exited_at` are the old slot's `stoppingAt` and
+    `exitedAt`, as its host agent wrote them; a part whose ends are unknown is left out."""
+    # Each mark with the name of the part that ends at it.
+    ends = (sigterm_at, exited_at, deleted_at(observations, handover), handover.first_renewal)
+    marks = [("", handover.last_renewal), *zip(GAP_PARTS, ends, strict=True)]
+    out: dict[str, float] = {}
+    for (_, begun), (part, ended) in itertools.pairwise(marks):
+        if begun is not None and ended is not None:
+            out[part] = round((ended - begun).total_seconds(), 3)
+    return out

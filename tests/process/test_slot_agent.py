@@ -270,6 +270,8 @@ async def test_fresh_start_uploads_then_second_slot_seeds_then_stop_and_crash(
     assert await a.wait() == 0
     st_a = await slot_status(api, "a")
     assert st_a["exitedAt"] and st_a["exitCode"] == 0
+    # When kcp got SIGTERM, before its exit (the bench splits the leaderless gap at it).
+    assert st_a["stoppingAt"] and st_a["stoppingAt"] <= st_a["exitedAt"]
     assert cond(st_a, "Ready")[:2] == ("False", "Exited")  # type: ignore[index]
     assert pid_gone(st_a["pid"])
 
@@ -281,6 +283,7 @@ async def test_fresh_start_uploads_then_second_slot_seeds_then_stop_and_crash(
     assert ready is not None and ready[:2] == ("False", "ProcessExited")
     assert "SIGKILL" in ready[2]
     assert st_b["exitCode"] == 137 and st_b["exitedAt"]
+    assert st_b.get("stoppingAt") is None  # no SIGTERM: it died by itself
 
 
 async def test_a_stopping_kcp_holding_a_watch_after_its_listener_closed_is_reported(

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kcpshard_testkit.leasewatch import Handover, Observation, handovers, parse_micro_time
+from kcpshard_testkit.leasewatch import (
+    Handover,
+    Observation,
+    deleted_at,
+    gap_parts,
+    handovers,
+    parse_micro_time,
+)
 
 
 def t(second: float) -> str:
@@ -103,3 +110,28 @@ def test_back_to_a_previous_holder_is_a_handover() -> None:
         ("a", "b", 1.0),
         ("b", "a", 2.0),
     ]
+
+
+def test_the_gap_in_its_parts_adds_up_to_the_gap() -> None:
+    """Old kcp renews at 3.0, gets SIGTERM at 2.5 (renewing on through its shutdown delay), exits at 4.2;
+    the watch sees no lease at 4.6; the new kcp acquires at 5.1."""
+    gone = Observation(holder=None, seen_at=at(4.6).timestamp())
+    seen = [obs("a", renew=t(1.0)), obs("a", renew=t(3.0)), gone, obs("b", renew=t(5.1), acquire=t(5.1))]
+    [handover] = handovers(seen)
+    parts = gap_parts(handover, seen, sigterm_at=at(2.5), exited_at=at(4.2))
+    assert parts == {
+        "lastRenewalToSigterm": -0.5,
+        "sigtermToExit": 1.7,
+        "exitToLeaseDeleted": 0.4,
+        "deletedToAcquired": 0.5,
+    }
+    assert round(sum(parts.values()), 3) == handover.gap_seconds == 2.1
+
+
+def test_a_part_with_an_unknown_end_is_left_out() -> None:
+    seen = [obs("a", renew=t(3.0)), obs("b", renew=t(5.1), acquire=t(5.1))]
+    [handover] = handovers(seen)
+    # No deletion seen (the lease expired instead), no SIGTERM time (an agent before stoppingAt).
+    assert gap_parts(handover, seen, sigterm_at=None, exited_at=at(4.2)) == {}
+    before = Observation(holder=None, seen_at=at(0.5).timestamp())  # a lease missing before the old tenure
+    assert deleted_at([before, *seen], handover) is None

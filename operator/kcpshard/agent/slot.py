@@ -94,7 +94,7 @@ class SlotAgent:
             "jobName": self.opts.job_name,
             "startedAt": now_precise(),
             # A new process: nothing of an earlier start of this slot holds any more.
-            **dict.fromkeys(("pid", "port", "readyAt", "exitedAt", "exitCode")),
+            **dict.fromkeys(("pid", "port", "readyAt", "stoppingAt", "exitedAt", "exitCode")),
         }
         conds = [Cond(t, "Unknown", "Starting", starting) for t in ("Seeded", "Listening", "Ready")]
         if not await self.report.write(first, *conds):

@@ -95,9 +95,8 @@ class Supervisor:
         """SIGTERM, wait up to the stop timeout, then SIGKILL; report the exit. Works without the API server.
 
         `ready`: the cause that stopped kcp, kept as the Ready condition with the exit added."""
-        stopping = asyncio.create_task(
-            self.report.write(None, Cond("Ready", "False", "Stopping", "host agent is stopping kcp"))
-        )
+        signalling = Cond("Ready", "False", "Stopping", "host agent is stopping kcp")
+        stopping = asyncio.create_task(self.report.write({"stoppingAt": now_precise()}, signalling))
         child.signal(signal.SIGTERM)
         signalled = time.monotonic()
         unlistened = asyncio.create_task(self.report_unlistened(child))

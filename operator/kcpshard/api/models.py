@@ -251,6 +251,9 @@ class KcpSlotStatus(Model):
     job_name: Annotated[str | None, Field(alias="jobName")] = None
     started_at: Annotated[str | None, Field(alias="startedAt")] = None
     ready_at: Annotated[str | None, Field(alias="readyAt")] = None
+    stopping_at: Annotated[
+        str | None, Field(alias="stoppingAt", description="When the host agent sent kcp SIGTERM.")
+    ] = None
     exited_at: Annotated[str | None, Field(alias="exitedAt")] = None
     exit_code: Annotated[int | None, Field(alias="exitCode")] = None
     holder_identity: Annotated[str | None, Field(alias="holderIdentity")] = None
