@@ -7,7 +7,7 @@ serving, and following the operator's asks, until another pod of this front is R
 it serves the desired backend), then stops softly as before. The Deployment's own make-before-break
 replacement ends the hold at once: the new pod is Ready before the old one is deleted. No hold when the
 pod is not being deleted or the shard is (no replacement will come), on a second SIGTERM, or after
-`--hold-seconds` (builders.front_deployment sets it, and the pod's grace period around it).
+`--hold-seconds` (front_workload.front_deployment sets it, and the pod's grace period around it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kcpshard.api.conditions import is_true
 from kcpshard.k8s.api import KCPSHARDS, PODS, ApiClient, NotFound
 from kcpshard.k8s.builders import component_selector
 
@@ -32,8 +33,7 @@ def serving_replacement(pods: Iterable[Mapping[str, Any]], me: str) -> str | Non
         meta = pod.get("metadata") or {}
         if meta.get("name") == me or meta.get("deletionTimestamp"):
             continue
-        conditions = (pod.get("status") or {}).get("conditions") or ()
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        if is_true((pod.get("status") or {}).get("conditions"), "Ready"):
             return str(meta.get("name"))
     return None
 
