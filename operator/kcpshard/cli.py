@@ -15,6 +15,8 @@ _COMMANDS = {
     ("agent", "slot"): "kcpshard.agent.slot:run",
     ("agent", "front"): "kcpshard.agent.front:run",
     ("agent", "backup"): "kcpshard.agent.backup:run",
+    ("agent", "haproxy-member"): "kcpshard.agent.haproxy_member:run_member",
+    ("agent", "haproxy-member-stop"): "kcpshard.agent.haproxy_member:run_member_stop",
 }
 
 

@@ -1,6 +1,7 @@
 """Faults as a cluster brings them, on the real node: the operator's pod force-deleted in the middle of a
 roll, the serving slot's container killed under its kcp (a `ctr` kill of its task), the serving slot's
-Job, KcpSlot or pod deleted by a person, and the kubelet stopped (last: the node comes back after it)."""
+Job, KcpSlot or pod deleted by a person, the front's pod, HAProxy or agent ended, a drain of the node, and the
+kubelet stopped (last: the node comes back after it)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,12 @@ import json
 import os
 import signal
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kcpshard.api import annotations
 from kcpshard.k8s.api import KCPSHARDS
-from kcpshard.k8s.builders import STATE_ROOT, shard_state_dir
 from kcpshard_testkit import scenario
 from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
 from kcpshard_testkit.stack import Stack, shard_manifest
@@ -101,12 +100,7 @@ async def test_the_serving_slots_container_killed_the_shard_recovers_on_the_othe
         "items"
     ]
     [pod] = [p for p in pods if p["status"].get("phase") == "Running"]
-    container = pod["status"]["containerStatuses"][0]["containerID"].removeprefix("containerd://")
-    socket = cluster.directory / "env" / "node" / "containerd" / "containerd.sock"
-    subprocess.run(
-        ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", container],
-        check=True, capture_output=True, timeout=30,
-    )  # fmt: skip
+    _kill_container(cluster, pod, pod["status"]["containerStatuses"][0]["name"])
     lost = await scenario.wait_event(cluster, "steady", "SlotLost", timeout=120)
     assert f"slot {serving}" in lost["message"], lost
 
@@ -161,6 +155,23 @@ async def test_the_serving_slot_deleted_serves_until_its_replacement_does(
     assert load.report.failed == 0, load.report.failures
 
 
+def _kill_container(stack: Stack, pod: dict[str, Any], container: str) -> None:
+    """SIGKILL to the main process of one container of `pod` (a `ctr` kill of its task), as an OOM kill or
+    a crash would end it; the kubelet then starts it again."""
+    [found] = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
+    socket = stack.directory / "env" / "node" / "containerd" / "containerd.sock"
+    task = found["containerID"].removeprefix("containerd://")
+    subprocess.run(
+        ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", task],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+
+def _restarts(stack: Stack, pod: str, container: str) -> int:
+    statuses = _json(stack, "get", "pod", pod)["status"]["containerStatuses"]
+    return int(next(c["restartCount"] for c in statuses if c["name"] == container))
+
+
 def _serving_front_pods(stack: Stack, name: str) -> list[str]:
     pods = _json(stack, "get", "pods", "-l", f"kcpshard.dev/shard={name},kcpshard.dev/component=front")
     return sorted(
@@ -171,21 +182,12 @@ def _serving_front_pods(stack: Stack, name: str) -> list[str]:
     )
 
 
-def _front_processes(name: str, pod: str, program: bytes) -> list[int]:
-    """Pids on this node of `program` (its argv[0] ends so) in the front pod's state dir."""
-    state = f"{shard_state_dir('default', name)}/front/{pod}/".encode()
-    return sorted(
-        pid
-        for pid, args in scenario.processes(Path(STATE_ROOT)).items()
-        if args and args[0].endswith(program) and any(state in a for a in args)
-    )
-
-
-@pytest.mark.parametrize("fault", ["pod-deleted", "haproxy-killed"])
+@pytest.mark.parametrize("fault", ["pod-deleted", "haproxy-killed", "agent-killed"])
 async def test_a_front_fault_loses_no_request(cluster: Stack, images: Any, fault: str) -> None:
     """The front pod deleted by a person (or a forced eviction): it serves on until the Deployment's
-    replacement serves (agent/front_hold.py). One HAProxy of the pod's pair SIGKILLed: the other holds
-    the port (SO_REUSEPORT) and the agent starts it again (agent/front_pair.py)."""
+    replacement serves (agent/front_hold.py). One HAProxy container SIGKILLed: the other holds the port
+    (SO_REUSEPORT) while the kubelet starts it again. The front agent SIGKILLed: its HAProxy containers
+    serve on, and the agent the kubelet starts again takes them over (agent/front_members.py)."""
     name = f"front-{fault}"
     port = await _serving(cluster, name, images, shutdownDelaySeconds=2)
     [pod] = _serving_front_pods(cluster, name)
@@ -202,20 +204,61 @@ async def test_a_front_fault_loses_no_request(cluster: Stack, images: Any, fault
 
             await wait_for("a new front pod serving, the deleted one gone", replaced, timeout=180)
         else:
-            haproxy = _front_processes(name, pod, b"haproxy")
-            assert len(haproxy) == 2, haproxy  # the pair
-            os.kill(haproxy[0], signal.SIGKILL)
+            container = {"haproxy-killed": "haproxy-0", "agent-killed": "front"}[fault]
+            _kill_container(cluster, _json(cluster, "get", "pod", pod), container)
 
             async def restarted() -> dict[str, Any] | None:
                 front = (await cluster.shard(name))["status"]["front"]
-                again = _front_processes(name, pod, b"haproxy")
-                return front if front.get("restarts", 0) >= 1 and len(again) == 2 else None
+                again = _restarts(cluster, pod, container) >= 1 and _serving_front_pods(cluster, name) == [
+                    pod
+                ]
+                return front if again and front.get("restarts", 0) >= 1 and not front.get("error") else None
 
-            front = await wait_for("the killed HAProxy started again", restarted, timeout=120)
-            assert "haproxy" in (front.get("lastRestart") or ""), front
+            front = await wait_for(f"the killed {container} started again", restarted, timeout=120)
+            said = {"haproxy-0": "haproxy-0 ", "front": "front agent in pod "}[container]
+            assert (front.get("lastRestart") or "").startswith(said), front
+            assert _restarts(cluster, pod, "haproxy-1") == 0  # the other HAProxy never stopped
         await scenario.more_requests(load)
     print(f"front {fault}: {load.report.summary()}")
     assert load.report.ok > 0
+    assert load.report.failed == 0, load.report.failures
+
+
+async def test_a_drain_stops_at_the_shards_budget_and_the_shard_serves_on(
+    cluster: Stack, images: Any
+) -> None:
+    """`kubectl drain` of the shard's node stops at the shard's PodDisruptionBudget, naming the shard's pods,
+    and the shard serves on; uncordoned, a roll places its new slot there. The drain is limited to the
+    shard's pods (--pod-selector): the module's other pods are not this test's."""
+    name = "drained"
+    port = await _serving(cluster, name, images, shutdownDelaySeconds=2)
+    node = cluster.info.node
+    before = (await cluster.shard(name))["status"]["activeSlot"]
+    async with scenario.traffic(cluster, port, name) as load:
+        try:
+            drain = cluster.kubectl(
+                "drain", node, f"--pod-selector=kcpshard.dev/shard={name}", "--ignore-daemonsets",
+                "--delete-emptydir-data", "--timeout=12s", check=False,
+            )  # fmt: skip
+            await scenario.more_requests(load)
+            shard = await cluster.shard(name)
+        finally:
+            cluster.kubectl("uncordon", node)
+        out = drain.stdout + drain.stderr
+        print(f"drain: {out.strip().splitlines()[-1]}")
+        assert drain.returncode != 0, out
+        assert "Cannot evict pod as it would violate the pod's disruption budget" in out, out
+        assert f'error when evicting pods/"{name}-front-' in out, out  # the shard's pods, by name
+        assert f'error when evicting pods/"{name}-{before}-' in out, out
+        assert scenario.condition(shard, "Ready")["status"] == "True", shard["status"]
+        assert shard["status"]["activeSlot"] == before
+
+        # The node back in service: a roll places its new slot there.
+        await cluster.api.patch(KCPSHARDS, "default", name, {"spec": {"kcp": {"version": "v0.32.2"}}})
+        rolled = await scenario.wait_last_roll(cluster, name, timeout=240)
+        await scenario.more_requests(load)
+    print(f"drained then rolled: {load.report.summary()}")
+    assert rolled["status"]["lastRoll"]["result"] == "Succeeded", rolled["status"]["lastRoll"]
     assert load.report.failed == 0, load.report.failures
 
 

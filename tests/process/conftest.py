@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from kcpshard.k8s.api import ApiClient
 from kcpshard_testkit.apiserver import EmulatedApiServer
 from kcpshard_testkit.etcd import EtcdServer
 from kcpshard_testkit.fakekcp.process import KcpProcess
+from kcpshard_testkit.tcp import Echo
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 
@@ -41,3 +43,20 @@ async def apiserver(tmp_path: Path) -> AsyncIterator[EmulatedApiServer]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
+    """A client of the emulated API server, as the admin."""
+    client = ApiClient.from_kubeconfig(apiserver.kubeconfig_path)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def echoes() -> AsyncIterator[tuple[Echo, Echo]]:
+    """Two echo servers standing in for slots a and b: each answers `<slot>:<what was sent>`."""
+    a, b = await Echo("a").start(), await Echo("b").start()
+    yield a, b
+    await a.stop()
+    await b.stop()

@@ -41,21 +41,6 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
-    client = ApiClient.from_kubeconfig(apiserver.kubeconfig_path)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def echoes() -> AsyncIterator[tuple[Echo, Echo]]:
-    a, b = await Echo("a").start(), await Echo("b").start()
-    yield a, b
-    await a.stop()
-    await b.stop()
-
-
 class Agent:
     """The front agent in its own process group (HAProxy runs in that group too)."""
 
@@ -76,7 +61,7 @@ async def front_port() -> int:
     return free_port()
 
 
-def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path) -> Agent:
+def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path, extra: tuple[str, ...] = ()) -> Agent:
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -95,6 +80,7 @@ def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path) -> Agent:
                 str(kubeconfig),
                 "--report-interval",
                 "0.2",
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

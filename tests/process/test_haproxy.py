@@ -26,14 +26,6 @@ pytestmark = [
 
 
 @pytest.fixture
-async def echoes() -> AsyncIterator[tuple[Echo, Echo]]:
-    a, b = await Echo("a").start(), await Echo("b").start()
-    yield a, b
-    await a.stop()
-    await b.stop()
-
-
-@pytest.fixture
 async def front(tmp_path: Path) -> AsyncIterator[HAProxy]:
     proxy = HAProxy(tmp_path / "front", "127.0.0.1", free_port())
     await proxy.start()

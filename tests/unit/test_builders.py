@@ -6,10 +6,11 @@ import os
 import subprocess
 from pathlib import Path
 
+from kcpshard import cli
 from kcpshard.agent import front
 from kcpshard.agent.store_refs import StoreTLS
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
-from kcpshard.k8s import backup_job, builders
+from kcpshard.k8s import backup_job, builders, front_workload
 from kcpshard.k8s.disruption import disruption_budget
 
 SPEC = KcpShardSpec.model_validate(
@@ -79,7 +80,7 @@ def test_every_slot_gets_the_same_shard_urls() -> None:
 
 
 def test_front_deployment_replaces_its_pod_make_before_break_on_the_node(tmp_path: Path) -> None:
-    deployment = builders.front_deployment(SHARD, SPEC)
+    deployment = front_workload.front_deployment(SHARD, SPEC)
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate",
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
@@ -107,6 +108,43 @@ def test_front_deployment_replaces_its_pod_make_before_break_on_the_node(tmp_pat
     )
 
 
+def test_the_fronts_haproxys_are_containers_of_their_own_beside_its_agent() -> None:
+    """No one process of the front pod is the front: each HAProxy is a container the kubelet starts
+    again, driven by the agent through a folder they share (agent/front_members.py)."""
+    pod = front_workload.front_deployment(SHARD, SPEC)["spec"]["template"]["spec"]
+    agent, *members = pod["containers"]
+    assert agent["name"] == "front" and [m["name"] for m in members] == ["haproxy-0", "haproxy-1"]
+    [members_dir] = _option(agent["command"], "--members-dir")
+    [hold] = _option(agent["command"], "--hold-seconds")
+    shared = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+
+    def mounted(container: dict) -> str:
+        return {m["mountPath"]: m["name"] for m in container["volumeMounts"]}[members_dir]
+
+    assert mounted(agent) in shared
+    for index, member in enumerate(members):
+        assert mounted(member) == mounted(agent)
+        run, stop = member["command"], member["lifecycle"]["preStop"]["exec"]["command"]
+        for command, target in ((run, "run_member"), (stop, "run_member_stop")):
+            args, rest = cli._parser().parse_known_args(command[1:])
+            assert args.target == f"kcpshard.agent.haproxy_member:{target}"
+            assert _option(rest, "--dir") == [members_dir] and _option(rest, "--member") == [str(index)]
+        # The hook outwaits the agent's hold, and HAProxy's soft stop fits in the pod's grace period.
+        wait, grace = float(_option(stop, "--wait-seconds")[0]), float(_option(stop, "--grace")[0])
+        assert wait > float(hold)
+        assert wait + grace <= pod["terminationGracePeriodSeconds"]
+        assert member["securityContext"] == agent["securityContext"]
+
+
+def test_a_moved_front_address_replaces_the_front_pod() -> None:
+    moved = SPEC.model_copy(update={"front": SPEC.front.model_copy(update={"address": "10.0.0.9"})})
+    key = builders.TEMPLATE_HASH
+    assert (
+        front_workload.front_deployment(SHARD, moved)["metadata"]["annotations"][key]
+        != front_workload.front_deployment(SHARD, SPEC)["metadata"]["annotations"][key]
+    )
+
+
 def test_shared_secret_survives_the_shard_unless_asked() -> None:
     assert "ownerReferences" not in builders.shared_secret(SHARD, SPEC)["metadata"]
     deleting = SPEC.model_copy(update={"deletion_policy": DeletionPolicy.DELETE})
@@ -115,9 +153,9 @@ def test_shared_secret_survives_the_shard_unless_asked() -> None:
 
 
 def test_front_carries_a_hash_of_what_was_asked() -> None:
-    first = builders.front_deployment(SHARD, SPEC)
-    again = builders.front_deployment(SHARD, SPEC)
-    moved = builders.front_deployment(SHARD, SPEC.model_copy(update={"node": "node-8"}))
+    first = front_workload.front_deployment(SHARD, SPEC)
+    again = front_workload.front_deployment(SHARD, SPEC)
+    moved = front_workload.front_deployment(SHARD, SPEC.model_copy(update={"node": "node-8"}))
     key = builders.TEMPLATE_HASH
     assert first["metadata"]["annotations"][key] == again["metadata"]["annotations"][key]
     assert first["metadata"]["annotations"][key] != moved["metadata"]["annotations"][key]
@@ -211,7 +249,7 @@ def _containers(pod_spec: dict) -> list[dict]:
 
 def test_agents_run_as_root_with_no_capability_and_no_escalation() -> None:
     slot_pod = builders.slot_job(SHARD, SPEC, _slot())["spec"]["template"]["spec"]
-    front_pod = builders.front_deployment(SHARD, SPEC)["spec"]["template"]["spec"]
+    front_pod = front_workload.front_deployment(SHARD, SPEC)["spec"]["template"]["spec"]
     backup_pod = backup_job.backup_job(SHARD, SPEC, revision="abcdef1234", attempt=0)["spec"]["template"][
         "spec"
     ]
@@ -227,12 +265,12 @@ def test_agents_run_as_root_with_no_capability_and_no_escalation() -> None:
 
 def test_a_front_below_port_1024_may_bind_it() -> None:
     low = SPEC.model_copy(update={"front": SPEC.front.model_copy(update={"port": 443})})
-    container = builders.front_deployment(SHARD, low)["spec"]["template"]["spec"]["containers"][0]
+    container = front_workload.front_deployment(SHARD, low)["spec"]["template"]["spec"]["containers"][0]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}
     # and the template hash tells the operator the front must be replaced
     assert (
-        builders.front_deployment(SHARD, low)["metadata"]["annotations"]
-        != builders.front_deployment(SHARD, SPEC)["metadata"]["annotations"]
+        front_workload.front_deployment(SHARD, low)["metadata"]["annotations"]
+        != front_workload.front_deployment(SHARD, SPEC)["metadata"]["annotations"]
     )
 
 

@@ -12,7 +12,7 @@ from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import NoRootMaterial
 from kcpshard.controller.observe import Observer, front_availability, front_pod_view
 from kcpshard.controller.shard_index import ShardIndex, index_entries
-from kcpshard.k8s import builders
+from kcpshard.k8s import builders, front_workload
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, NODES, PODS, SECRETS, ApiError
 from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.observed import (
@@ -144,7 +144,7 @@ async def test_the_shards_own_objects_are_compared_with_what_the_spec_asks() -> 
     api = RecordingApi()
     shard = api.put(KCPSHARDS, shard_body())
     api.put(SECRETS, {"metadata": {"name": "root-shared"}})
-    front = builders.front_deployment(shard, SPEC)
+    front = front_workload.front_deployment(shard, SPEC)
     api.put(DEPLOYMENTS, front)
     obs = await observer(api).observe()
     assert isinstance(obs, Observed) and obs.shared_secret and obs.front is FrontWorkload.CURRENT
@@ -161,7 +161,7 @@ def _node(ready: str, message: str = "") -> dict[str, Any]:
 async def test_an_unavailable_front_reads_the_node_and_says_why_it_is_not_ready() -> None:
     api = RecordingApi()
     shard = api.put(KCPSHARDS, shard_body())
-    front = builders.front_deployment(shard, SPEC)
+    front = front_workload.front_deployment(shard, SPEC)
     front["status"] = {"conditions": [{"type": "Available", "status": "False"}]}
     api.put(DEPLOYMENTS, front)
 
@@ -274,6 +274,22 @@ def test_a_front_pod_says_what_its_container_does() -> None:
         "status": {"containerStatuses": [{"state": {"terminated": {"reason": "Error", "exitCode": 2}}}]},
     }
     assert front_pod_view(exited).state == "terminated: Error (exit 2)"
+    three = {
+        "metadata": {"name": "p"},
+        "status": {
+            "containerStatuses": [
+                {"name": "front", "state": {"running": {}}},
+                {
+                    "name": "haproxy-0",
+                    "restartCount": 1,
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                },
+            ]
+        },
+    }
+    assert front_pod_view(three).state == (
+        "front running, haproxy-0 waiting: CrashLoopBackOff, haproxy-0 restarted 1 times"
+    )
     unscheduled = {
         "metadata": {"name": "p", "deletionTimestamp": "x"},
         "status": {

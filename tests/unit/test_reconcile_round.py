@@ -12,7 +12,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.reconciler import ROUND_BACKOFF, ShardReconciler
 from kcpshard.controller.wakeups import Wakeups
-from kcpshard.k8s import builders
+from kcpshard.k8s import builders, front_workload
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, SECRETS, ApiError, Invalid
 from kcpshard.kcp.errors import KcpTimeout
 from kcpshard.roll.actions import RESYNC_SECONDS
@@ -40,7 +40,7 @@ def cluster(api: RecordingApi, **status: Any) -> None:
     """Shard root as stored, with its shared Secret and an up-to-date front."""
     shard = api.put(KCPSHARDS, shard_body(conditions=SEEN, **status))
     api.put(SECRETS, builders.shared_secret(shard, SPEC))
-    front = builders.front_deployment(shard, SPEC)
+    front = front_workload.front_deployment(shard, SPEC)
     front["status"] = {
         "replicas": 1,
         "updatedReplicas": 1,

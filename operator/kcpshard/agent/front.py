@@ -11,8 +11,9 @@ watch event or report tick compares the latest KcpShard with what HAProxy does a
 restarted agent or HAProxy converges without remembering anything. All coordination goes through the API
 server: the agent listens on no control port.
 
-Two HAProxy processes share the front port (front_pair.py); ``observedBackend`` is reported only once
-every running process serves it, and each restart is counted in ``status.front.restarts`` (the operator
+Two HAProxy processes share the front port (front_pair.py; in a front pod they are containers of their
+own, front_members.py, which outlive the agent); ``observedBackend`` is reported only once every running
+process serves it, and each restart is counted in ``status.front.restarts`` (the operator
 turns each into a Warning Event). The agent never exits because HAProxy cannot serve: it reports why in
 ``status.front.error`` and clears it once HAProxy listens.
 """
@@ -38,6 +39,7 @@ from kcpshard.agent import cli
 from kcpshard.agent import front_status as report
 from kcpshard.agent.errors import Failure
 from kcpshard.agent.front_hold import hold_until_replaced, stop_when_replaced
+from kcpshard.agent.front_members import HAProxyContainers
 from kcpshard.agent.front_options import Options, parse_args
 from kcpshard.agent.front_pair import HAProxyPair
 from kcpshard.agent.front_pod import READY_FILE as READY_FILE
@@ -83,6 +85,7 @@ class FrontAgent:
         pair: int = PAIR,
         pod: str | None = None,
         stop_grace: float = STOP_GRACE_SECONDS,
+        members_dir: Path | None = None,
     ) -> None:
         self.api = api
         self.namespace = namespace
@@ -90,8 +93,9 @@ class FrontAgent:
         self.state_dir = state_dir
         self.report_interval = report_interval
         self.notes = Notes(log)
-        self.pair = HAProxyPair(
-            state_dir,
+        # In a front pod the HAProxys are containers of their own (front_members.py); else our children.
+        self.pair = (HAProxyPair if members_dir is None else HAProxyContainers)(
+            state_dir if members_dir is None else members_dir,
             binary,
             size=pair,
             start_backoff=retry.Backoff(*start_backoff),
@@ -343,6 +347,7 @@ async def _work(opts: Options, api: ApiClient) -> int:
         binary=opts.haproxy,
         report_interval=opts.report_interval,
         pod=pod,
+        members_dir=opts.members_dir,
     )
 
     async def hold() -> str:

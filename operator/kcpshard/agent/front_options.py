@@ -19,6 +19,7 @@ class Options:
     kubeconfig: str | None = None
     report_interval: float = 1.0
     hold_seconds: float = 0.0
+    members_dir: Path | None = None
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -39,6 +40,13 @@ def parse_args(argv: Sequence[str]) -> Options:
         default=0.0,
         help="after SIGTERM, serve on until another pod of the front serves, at most this long (default 0)",
     )
+    parser.add_argument(
+        "--members-dir",
+        type=Path,
+        default=None,
+        help="drive HAProxy containers of the pod through this shared folder (haproxy_member.py) "
+        "rather than run HAProxy as children",
+    )
     args = parser.parse_args(list(argv))
     if args.report_interval <= 0:
         raise UsageError("--report-interval must be positive")
@@ -52,4 +60,5 @@ def parse_args(argv: Sequence[str]) -> Options:
         kubeconfig=args.kubeconfig,
         report_interval=args.report_interval,
         hold_seconds=args.hold_seconds,
+        members_dir=args.members_dir,
     )

@@ -131,14 +131,7 @@ class HAProxy:
         if self.alive:
             raise HAProxyError("haproxy is already running")
         binary = self._resolve_binary()
-        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        config = render_config(
-            bind_address=self.bind_address,
-            bind_port=self.bind_port,
-            socket_path=self.socket_path,
-            backend=backend,
-        )
-        self.config_path.write_text(config)
+        self.write_config(backend)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a stale socket from a dead run would be mistaken for ours
         self._output.clear()
@@ -162,6 +155,20 @@ class HAProxy:
             log.info("haproxy: %s", line)
         self._quiet = False
         log.info("haproxy (pid %s) listens on %s:%s", self._proc.pid, self.bind_address, self.bind_port)
+
+    def write_config(self, backend: tuple[str, int] | None) -> None:
+        """haproxy.cfg for the next start, whole or not at all (a container started again by the kubelet
+        reads it any time, front_members.py)."""
+        self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        config = render_config(
+            bind_address=self.bind_address,
+            bind_port=self.bind_port,
+            socket_path=self.socket_path,
+            backend=backend,
+        )
+        partial = self.config_path.with_name(self.config_path.name + ".tmp")
+        partial.write_text(config)
+        partial.replace(self.config_path)
 
     async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None

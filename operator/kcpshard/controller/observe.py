@@ -21,7 +21,7 @@ from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, Slo
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import KcpConnect, NoRootMaterial, lease_reading
 from kcpshard.controller.shard_index import ShardIndex
-from kcpshard.k8s import backup_job, builders, names
+from kcpshard.k8s import backup_job, builders, front_workload, names
 from kcpshard.k8s.api import (
     DEPLOYMENTS,
     JOBS,
@@ -164,7 +164,7 @@ class Observer:
     async def _front(self, body: dict[str, Any], spec: KcpShardSpec) -> dict[str, Any]:
         """The front Deployment against the one this spec and this operator's image ask for, and whether
         it is available (its pods read only when it is not, to say why)."""
-        wanted = builders.front_deployment(
+        wanted = front_workload.front_deployment(
             body, spec, image=self.config.image, agent_command=self.config.agent_command
         )
         try:
@@ -292,7 +292,10 @@ def front_availability(deployment: Mapping[str, Any]) -> FrontAvailability:
 def front_pod_view(pod: Mapping[str, Any]) -> FrontPodView:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     states = []
-    for container in status.get("containerStatuses") or []:
+    containers = status.get("containerStatuses") or []
+    for container in containers:
+        # The front pod runs its agent and two HAProxys: name which one says what.
+        named = f"{container.get('name')} " if len(containers) > 1 else ""
         for kind, detail in (container.get("state") or {}).items():
             detail = detail or {}
             why = detail.get("reason") or ""
@@ -300,9 +303,9 @@ def front_pod_view(pod: Mapping[str, Any]) -> FrontPodView:
                 why = f"{why} (exit {detail['exitCode']})".strip()
             elif detail.get("message"):
                 why = f"{why} ({detail['message']})".strip()
-            states.append(f"{kind}: {why}" if why else kind)
+            states.append(f"{named}{kind}: {why}" if why else f"{named}{kind}")
         if container.get("restartCount"):
-            states.append(f"restarted {container['restartCount']} times")
+            states.append(f"{named}restarted {container['restartCount']} times")
     unscheduled = [
         c.get("message") or c.get("reason") or ""
         for c in status.get("conditions") or []

@@ -15,12 +15,12 @@ from kcpshard.api.models import BackupReport, EtcdStore, KcpShardSpec
 from kcpshard.k8s.builders import (
     DEFAULT_IMAGE,
     LABEL_REVISION,
-    _downward_env,
-    _state_volume,
     agent_security_context,
+    downward_env,
     labels,
     owner_reference,
     shard_state_dir,
+    state_volume,
 )
 from kcpshard.k8s.names import agent_name, backup_job_name
 
@@ -66,7 +66,7 @@ def backup_job(
     shard, namespace = meta["name"], meta["namespace"]
     name = name or backup_job_name(shard, f"{revision[:10]}-{attempt}")
     deadline = spec.roll.backup_timeout_seconds
-    volume, mount = _state_volume()
+    volume, mount = state_volume()
     command = [*agent_command, "agent", "backup", "--namespace", namespace, "--job-name", name]
     for endpoint in etcd.endpoints:
         command += ["--endpoint", endpoint]
@@ -101,7 +101,7 @@ def backup_job(
                             "name": "backup",
                             "image": image,
                             "command": command,
-                            "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}],
+                            "env": [*downward_env(), {"name": "JOB_NAME", "value": name}],
                             "volumeMounts": [mount],
                             "securityContext": agent_security_context(),
                         }

@@ -10,7 +10,6 @@ from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, Shape
 from kcpshard.k8s.names import (
     admin_kubeconfig_secret_name,
     agent_name,
-    front_name,
     shared_secret_name,
     slot_admin_secret_name,
     slot_job_name,
@@ -37,13 +36,6 @@ STATE_ROOT = "/var/lib/kcpshard"
 DEFAULT_IMAGE = "kcpshard:0.1.0"
 # Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
 STOP_MARGIN_SECONDS = 20
-# A front pod deleted or evicted serves on until another pod of its front serves, at most this long
-# (agent/front_hold.py): a replacement's container start fits in it.
-FRONT_HOLD_SECONDS = 30
-
-
-# The front pod's readiness: its agent keeps <front dir>/<pod>/serving while every HAProxy serves.
-READY_TEST = 'test -e "$0/$POD_NAME/serving"'
 
 
 def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
@@ -104,7 +96,7 @@ def kcpslot(
     }
 
 
-def _state_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+def state_volume() -> tuple[dict[str, Any], dict[str, Any]]:
     volume = {"name": "state", "hostPath": {"path": STATE_ROOT, "type": "DirectoryOrCreate"}}
     mount = {"name": "state", "mountPath": STATE_ROOT}
     return volume, mount
@@ -135,7 +127,7 @@ def agent_security_context(*, bind_below_1024: bool = False) -> dict[str, Any]:
     }
 
 
-def _downward_env() -> list[dict[str, Any]]:
+def downward_env() -> list[dict[str, Any]]:
     return [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -166,7 +158,7 @@ def slot_job(
     )
     stop_timeout = stop_timeout_seconds(spec)
     hold_timeout = hold_timeout_seconds(spec)
-    volume, mount = _state_volume()
+    volume, mount = state_volume()
     command = [
         *agent_command,
         "agent",
@@ -227,7 +219,7 @@ def slot_job(
                             "name": "agent",
                             "image": spec.kcp.image or image,
                             "command": command,
-                            "env": [*_downward_env(), {"name": "JOB_NAME", "value": name}, *_kine_env(spec)],
+                            "env": [*downward_env(), {"name": "JOB_NAME", "value": name}, *_kine_env(spec)],
                             "volumeMounts": [mount],
                             "securityContext": agent_security_context(),
                         }
@@ -283,86 +275,6 @@ def template_hash(workload: dict[str, Any]) -> str:
     """Hash of what the operator asked for; the API server adds defaults, so compare this, not the specs."""
     text = json.dumps(workload["spec"], sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def front_deployment(
-    shard_obj: dict[str, Any],
-    spec: KcpShardSpec,
-    *,
-    image: str = DEFAULT_IMAGE,
-    agent_command: tuple[str, ...] = ("kcpshard",),
-) -> dict[str, Any]:
-    """The front workload: the front agent supervising HAProxy on the shard's node."""
-    meta = shard_obj["metadata"]
-    shard, namespace = meta["name"], meta["namespace"]
-    volume, mount = _state_volume()
-    # The agent keeps each pod's HAProxy state in <front dir>/<pod name> (from POD_NAME).
-    front_dir = f"{shard_state_dir(namespace, shard)}/front"
-    command = [
-        *agent_command,
-        "agent",
-        "front",
-        "--namespace",
-        namespace,
-        "--shard",
-        shard,
-        "--state-dir",
-        front_dir,
-        "--hold-seconds",
-        str(FRONT_HOLD_SECONDS),
-    ]
-    pod_labels = labels(shard, "front")
-    deployment: dict[str, Any] = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": front_name(shard),
-            "namespace": namespace,
-            "labels": pod_labels,
-            "ownerReferences": [owner_reference(shard_obj)],
-        },
-        "spec": {
-            "replicas": 1,
-            # Make before break: a replacement front starts beside the old one and shares its port
-            # (SO_REUSEPORT); the old one goes only once the new one is Ready, i.e. serves the desired
-            # backend. A replacement that never comes up leaves the old one serving.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-            "selector": {"matchLabels": {LABEL_SHARD: shard, LABEL_COMPONENT: "front"}},
-            "template": {
-                "metadata": {"labels": pod_labels},
-                "spec": {
-                    "nodeName": spec.node,
-                    "hostNetwork": True,
-                    "serviceAccountName": agent_name(shard),
-                    # The hold, then the agent's soft stop (7 s) and a margin.
-                    "terminationGracePeriodSeconds": FRONT_HOLD_SECONDS + 10,
-                    "containers": [
-                        {
-                            "name": "front",
-                            "image": image,
-                            "command": command,
-                            "env": _downward_env(),
-                            "volumeMounts": [mount],
-                            # The agent keeps <front dir>/<pod>/serving while it serves; a shell test
-                            # costs the node next to nothing each second. $0 is a plain argument, so the
-                            # path is the node's (or, under the workload runner, mapped like any other).
-                            "readinessProbe": {
-                                "exec": {
-                                    "command": ["sh", "-c", 'test -e "$0/$POD_NAME/serving"', front_dir]
-                                },
-                                "periodSeconds": 1,
-                                "failureThreshold": 1,
-                            },
-                            "securityContext": agent_security_context(bind_below_1024=spec.front.port < 1024),
-                        }
-                    ],
-                    "volumes": [volume],
-                },
-            },
-        },
-    }
-    deployment["metadata"]["annotations"] = {TEMPLATE_HASH: template_hash(deployment)}
-    return deployment
 
 
 def shared_secret(shard_obj: dict[str, Any], spec: KcpShardSpec) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Any
 
 from kcpshard.controller.act.context import ActContext, create_once
 from kcpshard.controller.act.identity import ensure_agent_identity
-from kcpshard.k8s import builders
+from kcpshard.k8s import builders, front_workload
 from kcpshard.k8s.api import BUDGETS, DEPLOYMENTS, SECRETS
 from kcpshard.k8s.disruption import disruption_budget
 from kcpshard.roll.observed import Observed
@@ -34,6 +34,6 @@ async def update_front(ctx: ActContext, obs: Observed) -> None:
 
 
 def _front(ctx: ActContext, obs: Observed) -> dict[str, Any]:
-    return builders.front_deployment(
+    return front_workload.front_deployment(
         dict(obs.shard), obs.spec, image=ctx.config.image, agent_command=ctx.config.agent_command
     )
