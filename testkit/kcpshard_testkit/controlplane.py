@@ -56,9 +56,15 @@ CONTROLLERS = (
     "namespace-controller",
     "disruption-controller",  # PodDisruptionBudgets' status, which evictions (a drain) read
 )
-# With a real node: the not-ready taint lifted (and a lost node's pods evicted), and the cluster CA
-# published in every namespace (`kube-root-ca.crt`, part of each pod's ServiceAccount token volume).
-NODE_CONTROLLERS = ("node-lifecycle-controller", "root-ca-certificate-publisher-controller")
+# With a real node: the not-ready taint lifted (and a lost node's pods evicted), the cluster CA published in
+# every namespace (`kube-root-ca.crt`, part of each pod's ServiceAccount token volume), and, as in any
+# cluster, pods bound to a node that does not exist deleted after 40 s (a front on a misspelt `spec.node`),
+# so deleting their shard can finish.
+NODE_CONTROLLERS = (
+    "node-lifecycle-controller",
+    "root-ca-certificate-publisher-controller",
+    "pod-garbage-collector-controller",
+)
 # A kubelet that stops reporting is judged after this, not the default 50 s (its lease is renewed every
 # 10 s): a test that stops it waits less.
 NODE_MONITOR_GRACE = "30s"

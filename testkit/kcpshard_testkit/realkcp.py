@@ -11,7 +11,9 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from kcpshard_testkit.kcpbin import NODE_BIN
 from kcpshard_testkit.scenario import processes
+from kcpshard_testkit.stack import Stack
 
 TOOLS_BIN = Path(__file__).resolve().parents[2] / "hack" / "tools" / "bin"
 
@@ -34,23 +36,28 @@ def real_kcp(name: str) -> RealKcp:
     return RealKcp(VERSIONS[name], str(path))
 
 
-def real_kcp_processes(sandbox: Path) -> list[int]:
-    """Pids of real kcp processes started under the sandbox (their argv[0] is a binary of hack/tools/bin)."""
+def real_kcp_processes(where: Stack | Path) -> list[int]:
+    """Pids of real kcp processes of a stack's workloads (their argv[0] is a binary of hack/tools/bin, or
+    one put on the node by `on_the_node`)."""
     names = {str(TOOLS_BIN / name).encode() for name in VERSIONS}
-    return [pid for pid, args in processes(sandbox).items() if args and args[0] in names]
+    names |= {str(NODE_BIN / f"kcp-{version}").encode() for version in VERSIONS.values()}
+    return [pid for pid, args in processes(where).items() if args and args[0] in names]
 
 
-NODE_BIN = Path("/var/lib/kcpshard/bin")
-
-
-def on_the_node(kcp: RealKcp) -> str:
-    """Put the binary where the README tells users to (`/var/lib/kcpshard/bin/kcp-<version>`, which the
-    slots' hostPath shows them); returns that path, for `spec.kcp.binary`."""
+def put_on_node(binary: str | Path, name: str) -> str:
+    """Copy `binary` into the node's binary folder as `name` (once per size: a rebuilt binary replaces
+    it); returns the path there, which the slots' hostPath shows them."""
     NODE_BIN.mkdir(parents=True, exist_ok=True)
-    target = NODE_BIN / f"kcp-{kcp.version}"
-    if not target.exists() or target.stat().st_size != Path(kcp.binary).stat().st_size:
+    target = NODE_BIN / name
+    if not target.exists() or target.stat().st_size != Path(binary).stat().st_size:
         partial = target.with_suffix(".partial")
-        shutil.copyfile(kcp.binary, partial)
+        shutil.copyfile(binary, partial)
         partial.chmod(0o755)
         partial.rename(target)
     return str(target)
+
+
+def on_the_node(kcp: RealKcp) -> str:
+    """Put the binary where the README tells users to (`/var/lib/kcpshard/bin/kcp-<version>`); returns
+    that path, for `spec.kcp.binary`."""
+    return put_on_node(kcp.binary, f"kcp-{kcp.version}")

@@ -13,11 +13,10 @@ from kcpshard.api import conditions as cond
 from kcpshard.k8s.api import EVENTS, JOBS, KCPSHARDS, KCPSLOTS
 from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.load import KubeStyleLoad, LoadReport
-from kcpshard_testkit.stack import Stack, processes_under, shard_manifest
+from kcpshard_testkit.podprocs import pod_processes
+from kcpshard_testkit.stack import Stack, processes_under
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
-
-NAMESPACE = "default"
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -28,8 +27,8 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
 async def create_shard(stack: Stack, name: str = "root", **spec: Any) -> int:
     """Create a shard with a fresh front port; returns the port."""
     port = free_port()
-    manifest = shard_manifest(name, etcd=stack.info.etcd_endpoint, front_port=port, **spec)
-    await stack.api.create(KCPSHARDS, NAMESPACE, manifest)
+    manifest = stack.manifest(name, port, **spec)
+    await stack.api.create(KCPSHARDS, stack.namespace, manifest)
     return port
 
 
@@ -114,7 +113,7 @@ async def wait_step(stack: Stack, name: str, step: str, timeout: float = 60) -> 
 async def events(stack: Stack, name: str) -> list[dict[str, Any]]:
     """The shard's Events, oldest first."""
     listed = await stack.api.list(
-        EVENTS, NAMESPACE, field_selector=f"involvedObject.kind=KcpShard,involvedObject.name={name}"
+        EVENTS, stack.namespace, field_selector=f"involvedObject.kind=KcpShard,involvedObject.name={name}"
     )
     items = listed.get("items", [])
     return sorted(
@@ -187,26 +186,34 @@ def exited(pid: int) -> bool:
     return all(state in ("Z", "X") for state in states)
 
 
-def processes(sandbox: Path) -> dict[int, list[bytes]]:
-    """Live processes started under the sandbox (their command line names it), with their argv."""
-    found = {pid: argv(pid) for pid in processes_under(sandbox)}
+def processes(where: Stack | Path) -> dict[int, list[bytes]]:
+    """Live processes of a stack's workloads, with their argv: on a real node those of its namespace's
+    pods (`podprocs.py`), else those whose command line names the runner's sandbox (or the folder)."""
+    if isinstance(where, Stack):
+        pids = pod_processes(where) if where.real_node else list(processes_under(where.workload_root))
+    else:
+        pids = list(processes_under(where))
+    found = {pid: argv(pid) for pid in pids}
     return {pid: args for pid, args in found.items() if args}
 
 
-def kcp_processes(sandbox: Path) -> list[int]:
-    """Pids of stand-in kcp processes started under the sandbox's node."""
+def kcp_processes(where: Stack | Path) -> list[int]:
+    """Pids of stand-in kcp processes of a stack's workloads (or started under the folder)."""
+    # The program is argv[0] or, run by its interpreter, argv[1]: a host agent's own arguments name it too.
     return [
-        pid for pid, args in processes(sandbox).items() if any(a.endswith(b"kcpshard-fake-kcp") for a in args)
+        pid
+        for pid, args in processes(where).items()
+        if any(a.endswith(b"kcpshard-fake-kcp") for a in args[:2])
     ]
 
 
-def agent_pids(sandbox: Path, kind: str) -> list[int]:
-    """Pids of the `kcpshard agent <kind>` processes (slot, front, backup) under the sandbox."""
-    return [pid for pid, args in processes(sandbox).items() if b"agent" in args and kind.encode() in args]
+def agent_pids(where: Stack | Path, kind: str) -> list[int]:
+    """Pids of the `kcpshard agent <kind>` processes (slot, front, backup) of a stack's workloads."""
+    return [pid for pid, args in processes(where).items() if b"agent" in args and kind.encode() in args]
 
 
 async def slot_names(stack: Stack, name: str = "root") -> list[str]:
-    listed = await stack.api.list(KCPSLOTS, NAMESPACE, label_selector=f"kcpshard.dev/shard={name}")
+    listed = await stack.api.list(KCPSLOTS, stack.namespace, label_selector=f"kcpshard.dev/shard={name}")
     return sorted(
         s["metadata"]["name"] for s in listed["items"] if not s["metadata"].get("deletionTimestamp")
     )
@@ -214,7 +221,7 @@ async def slot_names(stack: Stack, name: str = "root") -> list[str]:
 
 async def slot_jobs(stack: Stack, name: str = "root") -> list[str]:
     listed = await stack.api.list(
-        JOBS, NAMESPACE, label_selector=f"kcpshard.dev/shard={name},kcpshard.dev/component=slot"
+        JOBS, stack.namespace, label_selector=f"kcpshard.dev/shard={name},kcpshard.dev/component=slot"
     )
     return sorted(
         j["metadata"]["name"] for j in listed["items"] if not j["metadata"].get("deletionTimestamp")
@@ -225,29 +232,25 @@ async def wait_settled(
     stack: Stack,
     name: str = "root",
     timeout: float = 60,
-    kcps: Callable[[Path], list[int]] = kcp_processes,
+    kcps: Callable[[Stack], list[int]] = kcp_processes,
 ) -> None:
     """One slot object, one slot Job and one kcp process (found by `kcps`) are left: the active ones."""
-    sandbox = Path(stack.info.sandbox)
 
     async def settled() -> bool:
         return (
             len(await slot_names(stack, name)) == 1
             and len(await slot_jobs(stack, name)) == 1
-            and len(kcps(sandbox)) == 1
+            and len(kcps(stack)) == 1
         )
 
     await wait_for(f"shard {name} down to one slot, one Job, one kcp", settled, timeout=timeout)
 
 
-def front_switches(sandbox: Path, slot: str) -> int:
-    """How often the front agent moved new connections to `slot` (its log says so once per switch)."""
-    line = f"new connections now go to slot {slot} "
-    count = 0
-    for log in sandbox.rglob("*.log"):
-        with contextlib.suppress(OSError):
-            count += log.read_text(errors="replace").count(line)
-    return count
+async def flips_to(stack: Stack, name: str, slot: str) -> int:
+    """How often the operator flipped the shard's front to `slot` (its Flip Events)."""
+    said = f"serve slot {slot} "
+    found = await events(stack, name)
+    return sum(int(e.get("count") or 1) for e in found if e.get("reason") == "Flip" and said in e["message"])
 
 
 FAST: dict[str, str | float | bool] = {"rsa_bits": 2048}  # the stand-in's sa.key: quicker than kcp's 4096

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -20,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
+from kcpshard.k8s.builders import STATE_ROOT
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
 from kcpshard_testkit.devenv import ApiKind, DevEnvInfo, dev_command
 from kcpshard_testkit.faultproxy import FaultProxy
@@ -80,6 +84,49 @@ class Stack:
     api: ApiClient
     devenv: Process
     operator: Process | None = None
+    real_node: bool = False
+    agent_image: str | None = None  # on a real node: the image of the pods an operator process makes
+    namespace: str = "default"  # of the shards this stack's tests make (`in_namespace`)
+
+    @property
+    def workload_root(self) -> Path:
+        """What the command lines of this stack's workload processes name: the runner's sandbox, or on a
+        real node the namespace's folder of the node's state (the slots' hostPath)."""
+        if self.real_node:
+            return Path(STATE_ROOT) / self.namespace
+        return Path(self.info.sandbox)
+
+    def node_path(self, path: str) -> Path:
+        """A path of the node as this machine sees it: the path itself on a real node, else where the
+        runner maps it into its sandbox."""
+        if self.real_node:
+            return Path(path)
+        from kcpshard_testkit.runner.volumes import host_path  # the runner only when it is the node
+
+        return host_path(Path(self.info.sandbox), self.info.node, path)
+
+    def pod_logs(self, pod: str) -> str:
+        """What the containers of the pods whose name contains `pod` have logged, as the node keeps it
+        (while the pod exists)."""
+        root = self.directory / "env" / "node" / "pod-logs" if self.real_node else Path(self.info.sandbox)
+        prefix = f"{self.namespace}_" if self.real_node else ""
+        return "\n".join(
+            log.read_text(errors="replace")
+            for log in sorted(root.rglob("*.log"))
+            if pod in str(log.relative_to(root)) and str(log.relative_to(root)).startswith(prefix)
+        )
+
+    def in_namespace(self, namespace: str) -> Stack:
+        """This stack for tests in `namespace`: its helpers, and kubectl through a kubeconfig whose
+        context names it (the plugin too), default to it."""
+        config = yaml.safe_load(Path(self.info.kubeconfig).read_text())
+        for context in config["contexts"]:
+            context["context"]["namespace"] = namespace
+        path = Path(self.info.kubeconfig).with_name(f"kubeconfig-{namespace}")  # beside the admin's
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        info = dataclasses.replace(self.info, kubeconfig=str(path))
+        return dataclasses.replace(self, info=info, namespace=namespace)
 
     def start_operator(
         self,
@@ -89,22 +136,27 @@ class Stack:
         env: dict[str, str] | None = None,
     ) -> Process:
         """The operator as a subprocess (its own process group), as its ServiceAccount; `kubeconfig` e.g.
-        through a FaultProxy; `env` e.g. POD_NAME, as the Deployment sets it."""
+        through a FaultProxy; `env` e.g. POD_NAME, as the Deployment sets it. Its pods run this
+        interpreter's agents on the runner, the stack's agent image on a real node."""
+        agents = (
+            ["--image", self.agent_image or ""]
+            if self.real_node
+            else ["--agent-command", " ".join(kcpshard_command())]
+        )
         self.operator = start_process(
             "operator",
-            [
-                *kcpshard_command(),
-                "operator",
-                "--standalone",
-                "--all-namespaces",
-                "--agent-command",
-                " ".join(kcpshard_command()),
-                *extra,
-            ],
+            [*kcpshard_command(), "operator", "--standalone", "--all-namespaces", *agents, *extra],
             self.directory / log,
             env={"KUBECONFIG": kubeconfig or self.info.operator_kubeconfig, **(env or {})},
         )
         return self.operator
+
+    def manifest(self, name: str, front_port: int, **spec: Any) -> dict[str, Any]:
+        """A shard of this stack: its store, namespace and node."""
+        spec.setdefault("node", self.info.node)
+        return shard_manifest(
+            name, etcd=self.info.etcd_endpoint, front_port=front_port, namespace=self.namespace, **spec
+        )
 
     def fault_proxy(self, workdir: Path) -> FaultProxy:
         """A FaultProxy in front of the API server for the operator: it forwards the operator's own token
@@ -117,11 +169,11 @@ class Stack:
             key_path=serving / "apiserver.key",
         )
 
-    async def shard(self, name: str, namespace: str = "default") -> dict[str, Any]:
-        return await self.api.get(KCPSHARDS, namespace, name)
+    async def shard(self, name: str, namespace: str | None = None) -> dict[str, Any]:
+        return await self.api.get(KCPSHARDS, namespace or self.namespace, name)
 
-    async def shard_admin(self, name: str, namespace: str = "default") -> ShardAdmin:
-        secret = await self.api.get(SECRETS, namespace, names.shared_secret_name(name))
+    async def shard_admin(self, name: str, namespace: str | None = None) -> ShardAdmin:
+        secret = await self.api.get(SECRETS, namespace or self.namespace, names.shared_secret_name(name))
         return shard_admin(base64.b64decode(secret["data"]["admin.kubeconfig"]))
 
     def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -204,7 +256,14 @@ async def running_stack(
             raise RuntimeError(f"the development environment exited ({devenv.log}):\n{tail}")
         info = DevEnvInfo.load(env_dir)
         client = ApiClient.from_kubeconfig(info.kubeconfig)
-        stack = Stack(directory, info, client, devenv)
+        stack = Stack(
+            directory,
+            info,
+            client,
+            devenv,
+            real_node=node is not None,
+            agent_image=node.operator if node is not None else None,
+        )
         if operator and node is None:
             stack.start_operator()
         yield stack

@@ -17,122 +17,118 @@ from typing import Any
 import pytest
 
 from kcpshard.k8s.api import JOBS, KCPSHARDS, KCPSLOTS, NotFound
+from kcpshard.k8s.builders import shard_state_dir
 from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.runner.volumes import host_path
-from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.stack import Stack
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 FAST = scenario.FAST
-NODE = "local-node"
-BACKUPS = "/var/lib/kcpshard/default/root/backups"  # on the node
 
 
-def _on_node(stack: Stack, path: str) -> Path:
-    """A node path as the runner maps it (a path already under the sandbox is the mapped one)."""
-    sandbox = Path(stack.info.sandbox)
-    local = Path(path)
-    return local if local.is_relative_to(sandbox) else host_path(sandbox, NODE, path)
+def _backups(stack: Stack) -> Path:
+    """Where the shard's backups go, on the node."""
+    return stack.node_path(f"{shard_state_dir(stack.namespace, 'root')}/backups")
 
 
 async def _roll_with_backup(stack: Stack, binary: str) -> None:
     spec: dict[str, Any] = {"kcp": {"binary": binary}, "roll": {"backup": True, "readyTimeoutSeconds": 30}}
-    await stack.api.patch(KCPSHARDS, "default", "root", {"spec": spec})
+    await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": spec})
 
 
-async def test_roll_with_backup_snapshots_the_store_first(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    async with running_stack(tmp_path / "stack") as stack:
-        port, _ = await scenario.serving_shard(stack, bin_dir)
-        async with scenario.traffic(stack, port) as load:
-            await _roll_with_backup(stack, make_kcp(bin_dir, "kcp-2", **FAST))
-            shard = await scenario.wait_last_roll(stack, "root")
-            await scenario.more_requests(load)
-        status = shard["status"]
-        last = status["lastRoll"]
-        print(last)
-        assert last["result"] == "Succeeded", last
-        assert status["activeSlot"] == "b"
-        backup = last["backup"]
-        for key in ("job", "path", "seconds", "sizeBytes"):
-            assert key in backup, (key, backup)
-        assert backup["job"].startswith("root-backup-")
-        assert backup["seconds"] >= 0 and backup["sizeBytes"] > 0
-        assert "backedUp" in last["timestamps"]
-        assert last["timestamps"]["backedUp"] <= last["timestamps"]["slotStarting"]
-        assert "backup" in last["durations"]
+async def test_roll_with_backup_snapshots_the_store_first(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    port, _ = await scenario.serving_shard(stack, bin_dir)
+    async with scenario.traffic(stack, port) as load:
+        await _roll_with_backup(stack, make_kcp(bin_dir, "kcp-2", **FAST))
+        shard = await scenario.wait_last_roll(stack, "root")
+        await scenario.more_requests(load)
+    status = shard["status"]
+    last = status["lastRoll"]
+    print(last)
+    assert last["result"] == "Succeeded", last
+    assert status["activeSlot"] == "b"
+    backup = last["backup"]
+    for key in ("job", "path", "seconds", "sizeBytes"):
+        assert key in backup, (key, backup)
+    assert backup["job"].startswith("root-backup-")
+    assert backup["seconds"] >= 0 and backup["sizeBytes"] > 0
+    assert "backedUp" in last["timestamps"]
+    assert last["timestamps"]["backedUp"] <= last["timestamps"]["slotStarting"]
+    assert "backup" in last["durations"]
 
-        # The snapshot on the node: where the shard's backups go, private, and a valid etcd snapshot.
-        snapshot = _on_node(stack, backup["path"])
-        assert snapshot.parent == host_path(Path(stack.info.sandbox), NODE, BACKUPS), snapshot
-        assert snapshot.name.endswith(f"-{backup['job']}.db")
-        assert snapshot.is_file()
-        assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600
-        assert snapshot.stat().st_size == backup["sizeBytes"]
-        etcdctl = shutil.which("etcdctl") or "/usr/bin/etcdctl"
-        checked = subprocess.run(
-            [etcdctl, "snapshot", "status", "-w", "json", str(snapshot)],
-            capture_output=True,
-            text=True,
-            env={"ETCDCTL_API": "3"},
-            timeout=30,
-        )
-        assert checked.returncode == 0, checked.stderr
-        assert json.loads(checked.stdout)["totalKey"] > 0  # the shard's objects are in it
+    # The snapshot on the node: where the shard's backups go, private, and a valid etcd snapshot.
+    snapshot = stack.node_path(backup["path"])
+    assert snapshot.parent == _backups(stack), snapshot
+    assert snapshot.name.endswith(f"-{backup['job']}.db")
+    assert snapshot.is_file()
+    assert stat.S_IMODE(snapshot.stat().st_mode) == 0o600
+    assert snapshot.stat().st_size == backup["sizeBytes"]
+    etcdctl = shutil.which("etcdctl") or "/usr/bin/etcdctl"
+    checked = subprocess.run(
+        [etcdctl, "snapshot", "status", "-w", "json", str(snapshot)],
+        capture_output=True,
+        text=True,
+        env={"ETCDCTL_API": "3"},
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads(checked.stdout)["totalKey"] > 0  # the shard's objects are in it
 
-        event = await scenario.wait_event(stack, "root", "BackingUp")
-        assert f"(Job {backup['job']})" in event["message"], event["message"]
-        job = await stack.api.get(JOBS, "default", backup["job"])
-        assert (job.get("status") or {}).get("succeeded") == 1
-        await scenario.wait_settled(stack)
-        assert load.report.failed == 0, load.report.failures
+    event = await scenario.wait_event(stack, "root", "BackingUp")
+    assert f"(Job {backup['job']})" in event["message"], event["message"]
+    job = await stack.api.get(JOBS, stack.namespace, backup["job"])
+    assert (job.get("status") or {}).get("succeeded") == 1
+    await scenario.wait_settled(stack)
+    assert load.report.failed == 0, load.report.failures
 
 
-async def test_failed_backup_stops_the_roll_before_anything_changes(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        first = await scenario.wait_ready(stack)
-        # A file where the backup folder must be: etcdctl's Job cannot create the folder.
-        blocker = host_path(Path(stack.info.sandbox), NODE, BACKUPS)
-        blocker.parent.mkdir(parents=True, exist_ok=True)
-        blocker.write_text("not a folder\n")
-        created_before = [
-            e["message"] for e in await scenario.events(stack, "root") if e.get("reason") == "SlotCreated"
-        ]
-        async with scenario.traffic(stack, port) as load:
-            await _roll_with_backup(stack, make_kcp(bin_dir, "kcp-2", **FAST))
-            shard = await scenario.wait_stalled(stack, timeout=90)
-            await scenario.more_requests(load)
-        stalled = scenario.condition(shard, "Stalled")
-        print(stalled)
-        assert stalled["reason"] == "BackupFailed", stalled
-        message = stalled["message"]
-        assert message.startswith("slot a serves revision"), message
-        assert "the store backup (Job root-backup-" in message, message
-        assert "cannot prepare backup dir" in message and "backups" in message, message
-        assert "File exists" in message, message
-        status = shard["status"]
-        assert status["activeSlot"] == "a"
-        assert status["activeRevision"] == first["status"]["activeRevision"]
-        assert status["lastRoll"]["result"] == "Aborted" and status["lastRoll"]["reason"] == "BackupFailed"
-        event = await scenario.wait_event(stack, "root", "BackupFailed")
-        assert event["type"] == "Warning" and event["message"] == message
-        # No slot b was ever created: no KcpSlot, no Job, no SlotCreated Event since the roll started.
-        with pytest.raises(NotFound):
-            await stack.api.get(KCPSLOTS, "default", "root-b")
-        b_jobs = await stack.api.list(
-            JOBS, "default", label_selector="kcpshard.dev/shard=root,kcpshard.dev/slot=b"
-        )
-        assert b_jobs["items"] == []
-        created_after = [
-            e["message"] for e in await scenario.events(stack, "root") if e.get("reason") == "SlotCreated"
-        ]
-        assert created_after == created_before, created_after
-        assert all("slot a" in m for m in created_after), created_after
-        assert await scenario.slot_names(stack) == ["root-a"]
-        assert len(scenario.kcp_processes(Path(stack.info.sandbox))) == 1
-        assert load.report.failed == 0, load.report.failures
+async def test_failed_backup_stops_the_roll_before_anything_changes(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    port = await scenario.create_shard(
+        stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
+    )
+    first = await scenario.wait_ready(stack)
+    # A file where the backup folder must be: etcdctl's Job cannot create the folder.
+    blocker = _backups(stack)
+    blocker.parent.mkdir(parents=True, exist_ok=True)
+    blocker.write_text("not a folder\n")
+    created_before = [
+        e["message"] for e in await scenario.events(stack, "root") if e.get("reason") == "SlotCreated"
+    ]
+    async with scenario.traffic(stack, port) as load:
+        await _roll_with_backup(stack, make_kcp(bin_dir, "kcp-2", **FAST))
+        shard = await scenario.wait_stalled(stack, timeout=90)
+        await scenario.more_requests(load)
+    stalled = scenario.condition(shard, "Stalled")
+    print(stalled)
+    assert stalled["reason"] == "BackupFailed", stalled
+    message = stalled["message"]
+    assert message.startswith("slot a serves revision"), message
+    assert "the store backup (Job root-backup-" in message, message
+    assert "cannot prepare backup dir" in message and "backups" in message, message
+    assert "File exists" in message, message
+    status = shard["status"]
+    assert status["activeSlot"] == "a"
+    assert status["activeRevision"] == first["status"]["activeRevision"]
+    assert status["lastRoll"]["result"] == "Aborted" and status["lastRoll"]["reason"] == "BackupFailed"
+    event = await scenario.wait_event(stack, "root", "BackupFailed")
+    assert event["type"] == "Warning" and event["message"] == message
+    # No slot b was ever created: no KcpSlot, no Job, no SlotCreated Event since the roll started.
+    with pytest.raises(NotFound):
+        await stack.api.get(KCPSLOTS, stack.namespace, "root-b")
+    b_jobs = await stack.api.list(
+        JOBS, stack.namespace, label_selector="kcpshard.dev/shard=root,kcpshard.dev/slot=b"
+    )
+    assert b_jobs["items"] == []
+    created_after = [
+        e["message"] for e in await scenario.events(stack, "root") if e.get("reason") == "SlotCreated"
+    ]
+    assert created_after == created_before, created_after
+    assert all("slot a" in m for m in created_after), created_after
+    assert await scenario.slot_names(stack) == ["root-a"]
+    assert len(scenario.kcp_processes(stack)) == 1
+    assert load.report.failed == 0, load.report.failures

@@ -28,10 +28,10 @@ from kcpshard.k8s.api import (
 )
 from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 FAST = scenario.FAST
 
@@ -42,7 +42,7 @@ def _commands(sandbox: Path) -> list[str]:
 
 async def _exists(stack: Stack, ref: ResourceRef, name: str) -> bool:
     try:
-        await stack.api.get(ref, "default", name)
+        await stack.api.get(ref, stack.namespace, name)
     except NotFound:
         return False
     return True
@@ -50,8 +50,8 @@ async def _exists(stack: Stack, ref: ResourceRef, name: str) -> bool:
 
 async def _running(stack: Stack) -> None:
     """What a serving shard runs on the node: one kcp, its host agent, the front agent, HAProxy."""
-    commands = _commands(Path(stack.info.sandbox))
-    assert len(scenario.kcp_processes(Path(stack.info.sandbox))) >= 1, commands
+    commands = _commands(stack)
+    assert len(scenario.kcp_processes(stack)) >= 1, commands
     assert any(" agent slot " in c for c in commands), commands
     assert any(" agent front " in c for c in commands), commands
     assert any("haproxy" in c for c in commands), commands
@@ -62,7 +62,7 @@ async def _running(stack: Stack) -> None:
 
 
 async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
-    sandbox = Path(stack.info.sandbox)
+    sandbox = stack
     done = stack.kubectl("delete", "kshard", "root", "--timeout=90s", check=False)
     assert done.returncode == 0, done.stderr
     assert 'kcpshard.kcpshard.dev "root" deleted' in done.stdout, done.stdout
@@ -72,22 +72,22 @@ async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
     assert scenario.kcp_processes(sandbox) == []
     assert _commands(sandbox) == []  # no host agent, front agent or HAProxy either
     selector = "kcpshard.dev/shard=root"
-    assert (await stack.api.list(JOBS, "default", label_selector=selector))["items"] == []
-    assert (await stack.api.list(KCPSLOTS, "default", label_selector=selector))["items"] == []
+    assert (await stack.api.list(JOBS, stack.namespace, label_selector=selector))["items"] == []
+    assert (await stack.api.list(KCPSLOTS, stack.namespace, label_selector=selector))["items"] == []
     assert not await _exists(stack, DEPLOYMENTS, "root-front")
     assert not await _exists(stack, LEASES, "kcpshard-root")
     assert not await _exists(stack, SECRETS, "root-kcp-admin")
     for ref in (SERVICEACCOUNTS, ROLES, ROLEBINDINGS):  # gone now, not later by garbage collection
         assert not await _exists(stack, ref, "root-agent")
     if secret_kept:
-        shared = await stack.api.get(SECRETS, "default", "root-shared")
+        shared = await stack.api.get(SECRETS, stack.namespace, "root-shared")
         assert shared["data"].get("admin.kubeconfig"), sorted(shared["data"])
     else:
         assert not await _exists(stack, SECRETS, "root-shared")
 
     # The slots' own kcp-admin Secrets go with their KcpSlots (garbage collection, which takes a moment).
     async def slot_secrets_gone() -> bool:
-        names = [s["metadata"]["name"] for s in (await stack.api.list(SECRETS, "default"))["items"]]
+        names = [s["metadata"]["name"] for s in (await stack.api.list(SECRETS, stack.namespace))["items"]]
         return not any(n.startswith(("root-a-", "root-b-")) for n in names)
 
     await wait_for("the slots' kcp-admin Secrets to go", slot_secrets_gone, timeout=30)
@@ -97,49 +97,49 @@ async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
 
 
 @pytest.mark.parametrize("policy", ["Retain", "Delete"])
-async def test_deleting_a_ready_shard_stops_everything_it_ran(tmp_path: Path, policy: str) -> None:
-    spec: dict[str, Any] = {
-        "kcp": {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)}
-    }
+async def test_deleting_a_ready_shard_stops_everything_it_ran(
+    stack: Stack, bin_dir: Path, tmp_path: Path, policy: str
+) -> None:
+    spec: dict[str, Any] = {"kcp": {"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}}
     if policy == "Delete":
         spec["deletionPolicy"] = "Delete"
-    async with running_stack(tmp_path / "stack") as stack:
-        await scenario.create_shard(stack, **spec)
-        await scenario.wait_ready(stack)
+    await scenario.create_shard(stack, **spec)
+    await scenario.wait_ready(stack)
 
-        async def published() -> bool:
-            return await _exists(stack, SECRETS, "root-kcp-admin")
+    async def published() -> bool:
+        return await _exists(stack, SECRETS, "root-kcp-admin")
 
-        await wait_for("the kcp-admin Secret", published, timeout=30)
-        await _running(stack)
-        await _delete_and_check_clean(stack, secret_kept=policy == "Retain")
+    await wait_for("the kcp-admin Secret", published, timeout=30)
+    await _running(stack)
+    await _delete_and_check_clean(stack, secret_kept=policy == "Retain")
 
 
-async def test_shard_applied_again_after_retain_serves_with_the_kept_material_at_once(tmp_path: Path) -> None:
+async def test_shard_applied_again_after_retain_serves_with_the_kept_material_at_once(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
     """What the kept Secret is for: the shard applied again on the same store serves as before."""
     spec: dict[str, Any] = {
-        "kcp": {"version": "v0.32.1", "binary": make_kcp(tmp_path / "bin", "kcp-1", **FAST)},
+        "kcp": {"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)},
         # Well above a roll's own handover and probe here, well below kcp's 60 s controller lease.
         "roll": {"probeTimeoutSeconds": 20},
     }
-    async with running_stack(tmp_path / "stack") as stack:
-        await scenario.create_shard(stack, **spec)
-        await scenario.wait_ready(stack)
-        admin = await stack.shard_admin("root")
-        await _delete_and_check_clean(stack, secret_kept=True)
+    await scenario.create_shard(stack, **spec)
+    await scenario.wait_ready(stack)
+    admin = await stack.shard_admin("root")
+    await _delete_and_check_clean(stack, secret_kept=True)
 
-        port = await scenario.create_shard(stack, **spec)
-        shard = await _ready_or_stalled(stack)
-        last = shard["status"]["lastRoll"]
-        assert last["result"] == "Succeeded", last
-        assert shard["status"]["activeSlot"] == "a"
-        again = await stack.shard_admin("root")
-        assert (again.token, again.ca_pem) == (admin.token, admin.ca_pem)
-        seeded = scenario.condition(await stack.api.get(KCPSLOTS, "default", "root-a"), "Seeded")
-        assert seeded["reason"] == "Seeded" and "copied from Secret root-shared" in seeded["message"]
-        async with scenario.traffic(stack, port) as load:
-            await scenario.more_requests(load)
-        assert load.report.failed == 0, load.report.failures
+    port = await scenario.create_shard(stack, **spec)
+    shard = await _ready_or_stalled(stack)
+    last = shard["status"]["lastRoll"]
+    assert last["result"] == "Succeeded", last
+    assert shard["status"]["activeSlot"] == "a"
+    again = await stack.shard_admin("root")
+    assert (again.token, again.ca_pem) == (admin.token, admin.ca_pem)
+    seeded = scenario.condition(await stack.api.get(KCPSLOTS, stack.namespace, "root-a"), "Seeded")
+    assert seeded["reason"] == "Seeded" and "copied from Secret root-shared" in seeded["message"]
+    async with scenario.traffic(stack, port) as load:
+        await scenario.more_requests(load)
+    assert load.report.failed == 0, load.report.failures
 
 
 async def _ready_or_stalled(stack: Stack) -> dict[str, Any]:
@@ -153,27 +153,27 @@ async def _ready_or_stalled(stack: Stack) -> dict[str, Any]:
     return await wait_for("the first roll of shard root to end", ended, timeout=90)
 
 
-async def test_deleting_a_shard_during_a_roll_stops_both_slots(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    async with running_stack(tmp_path / "stack") as stack:
-        await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-        )
-        await scenario.wait_ready(stack)
-        await _running(stack)
-        stuck = make_kcp(bin_dir, "kcp-2", never_ready=True, **FAST)
-        await stack.api.patch(
-            KCPSHARDS,
-            "default",
-            "root",
-            {"spec": {"kcp": {"binary": stuck}, "roll": {"readyTimeoutSeconds": 120}}},
-        )
-        await scenario.wait_step(stack, "root", "WaitingReady")
-        sandbox = Path(stack.info.sandbox)
+async def test_deleting_a_shard_during_a_roll_stops_both_slots(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    await scenario.create_shard(
+        stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
+    )
+    await scenario.wait_ready(stack)
+    await _running(stack)
+    stuck = make_kcp(bin_dir, "kcp-2", never_ready=True, **FAST)
+    await stack.api.patch(
+        KCPSHARDS,
+        stack.namespace,
+        "root",
+        {"spec": {"kcp": {"binary": stuck}, "roll": {"readyTimeoutSeconds": 120}}},
+    )
+    await scenario.wait_step(stack, "root", "WaitingReady")
+    sandbox = stack
 
-        async def both_run() -> bool:
-            return len(scenario.kcp_processes(sandbox)) == 2
+    async def both_run() -> bool:
+        return len(scenario.kcp_processes(sandbox)) == 2
 
-        await wait_for("the new slot's kcp beside the old one", both_run, timeout=60)
-        assert await scenario.slot_names(stack) == ["root-a", "root-b"]
-        await _delete_and_check_clean(stack, secret_kept=True)
+    await wait_for("the new slot's kcp beside the old one", both_run, timeout=60)
+    assert await scenario.slot_names(stack) == ["root-a", "root-b"]
+    await _delete_and_check_clean(stack, secret_kept=True)

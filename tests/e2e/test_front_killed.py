@@ -18,10 +18,10 @@ import pytest
 from kcpshard.k8s.api import KCPSHARDS
 from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.stack import running_stack
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 
 def haproxy_pids(sandbox: Path) -> dict[str, int]:
@@ -34,38 +34,38 @@ def haproxy_pids(sandbox: Path) -> dict[str, int]:
     return found
 
 
-async def test_haproxy_killed_mid_roll_loses_no_new_connection(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    async with running_stack(tmp_path / "stack") as stack:
-        port, _ = await scenario.serving_shard(stack, bin_dir)
-        sandbox = Path(stack.info.sandbox)
-        pids = haproxy_pids(sandbox)
-        assert sorted(pids) == ["haproxy-0", "haproxy-1"], pids
-        async with scenario.traffic(stack, port) as during:
-            spec = {"kcp": {"binary": make_kcp(bin_dir, "kcp-2", **scenario.FAST)}}
-            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": spec})
-            await scenario.wait_step(stack, "root", "WaitingReady")
-            killed = pids["haproxy-0"]
-            os.kill(killed, signal.SIGKILL)
+async def test_haproxy_killed_mid_roll_loses_no_new_connection(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    port, _ = await scenario.serving_shard(stack, bin_dir)
+    sandbox = stack
+    pids = haproxy_pids(sandbox)
+    assert sorted(pids) == ["haproxy-0", "haproxy-1"], pids
+    async with scenario.traffic(stack, port) as during:
+        spec = {"kcp": {"binary": make_kcp(bin_dir, "kcp-2", **scenario.FAST)}}
+        await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": spec})
+        await scenario.wait_step(stack, "root", "WaitingReady")
+        killed = pids["haproxy-0"]
+        os.kill(killed, signal.SIGKILL)
 
-            async def dead() -> bool:
-                return scenario.exited(killed)
+        async def dead() -> bool:
+            return scenario.exited(killed)
 
-            await wait_for("the killed HAProxy to be gone", dead, timeout=10)
-            async with scenario.traffic(stack, port) as after:
-                shard = await scenario.wait_ready(stack, timeout=120)
-                await scenario.wait_settled(stack)
-                await scenario.more_requests(after)
-        print("running at the kill:", during.report.summary(), during.report.failures)
-        print("started after it:", after.report.summary())
-        assert shard["status"]["lastRoll"]["result"] == "Succeeded"
-        assert shard["status"]["activeSlot"] == "b"
-        assert after.report.failed == 0, after.report.failures
-        front = shard["status"]["front"]
-        assert front["restarts"] == 1 and front["lastRestart"].startswith("haproxy-0 "), front
-        event = await scenario.wait_event(stack, "root", "FrontRestarted")
-        assert event["type"] == "Warning"
-        assert "haproxy-0 " in event["message"]
-        restarted = haproxy_pids(sandbox)
-        assert sorted(restarted) == ["haproxy-0", "haproxy-1"] and restarted["haproxy-0"] != killed
-        assert restarted["haproxy-1"] == pids["haproxy-1"]  # the other one never stopped
+        await wait_for("the killed HAProxy to be gone", dead, timeout=10)
+        async with scenario.traffic(stack, port) as after:
+            shard = await scenario.wait_ready(stack, timeout=120)
+            await scenario.wait_settled(stack)
+            await scenario.more_requests(after)
+    print("running at the kill:", during.report.summary(), during.report.failures)
+    print("started after it:", after.report.summary())
+    assert shard["status"]["lastRoll"]["result"] == "Succeeded"
+    assert shard["status"]["activeSlot"] == "b"
+    assert after.report.failed == 0, after.report.failures
+    front = shard["status"]["front"]
+    assert front["restarts"] == 1 and front["lastRestart"].startswith("haproxy-0 "), front
+    event = await scenario.wait_event(stack, "root", "FrontRestarted")
+    assert event["type"] == "Warning"
+    assert "haproxy-0 " in event["message"]
+    restarted = haproxy_pids(sandbox)
+    assert sorted(restarted) == ["haproxy-0", "haproxy-1"] and restarted["haproxy-0"] != killed
+    assert restarted["haproxy-1"] == pids["haproxy-1"]  # the other one never stopped

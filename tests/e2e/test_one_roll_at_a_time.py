@@ -2,29 +2,25 @@
 
 - A spec change during a roll is queued: the roll under way finishes on the revision it started with,
   then a second roll takes the shard to the newest spec.
-- Two operator processes watch the same shard: the per-shard Lease `kcpshard-<shard>`
-  (controller/shardlock.py, after client-go's leader election) lets only its holder act. When the holder
-  is killed, the other one takes over once the lease expires and rolls the shard.
+- Two operator processes watch the same shard: test_two_operators.py.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kcpshard.api.models import KcpShardSpec
-from kcpshard.k8s.api import KCPSHARDS, LEASES
+from kcpshard.k8s.api import KCPSHARDS
 from kcpshard.roll.revision import revision_of
 from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.stack import Process, Stack, running_stack
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 
 # Lines the acting operator logs for a roll (its Events are logged as "<reason>: <message>").
@@ -33,121 +29,54 @@ ROLL_LINES = ("RollStarted:", "SlotCreated:", "Flipping:")
 
 async def _roll_to(stack: Stack, binary: str) -> str:
     """Change the kcp binary; returns the revision of the new spec."""
-    shard = await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"kcp": {"binary": binary}}})
+    shard = await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": {"kcp": {"binary": binary}}})
     return revision_of(KcpShardSpec.model_validate(shard["spec"]))
 
 
-async def test_spec_change_during_a_roll_waits_for_it_to_end(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    async with running_stack(tmp_path / "stack") as stack:
-        port = await scenario.create_shard(
-            stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", rsa_bits=2048)}
-        )
-        first = await scenario.wait_ready(stack)
-        created = len([r for r in await scenario.event_reasons(stack, "root") if r == "RollStarted"])
-        async with scenario.traffic(stack, port) as load:
-            second = await _roll_to(stack, make_kcp(bin_dir, "kcp-2", startup_seconds=5, rsa_bits=2048))
-            at_wait = await scenario.wait_step(stack, "root", "WaitingReady")
-            assert at_wait["status"]["rollout"]["targetRevision"] == second
-            third = await _roll_to(stack, make_kcp(bin_dir, "kcp-3", rsa_bits=2048))
-            assert len({first["status"]["activeRevision"], second, third}) == 3
+async def test_spec_change_during_a_roll_waits_for_it_to_end(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    port = await scenario.create_shard(
+        stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", rsa_bits=2048)}
+    )
+    first = await scenario.wait_ready(stack)
+    created = len([r for r in await scenario.event_reasons(stack, "root") if r == "RollStarted"])
+    async with scenario.traffic(stack, port) as load:
+        second = await _roll_to(stack, make_kcp(bin_dir, "kcp-2", startup_seconds=5, rsa_bits=2048))
+        at_wait = await scenario.wait_step(stack, "root", "WaitingReady")
+        assert at_wait["status"]["rollout"]["targetRevision"] == second
+        third = await _roll_to(stack, make_kcp(bin_dir, "kcp-3", rsa_bits=2048))
+        assert len({first["status"]["activeRevision"], second, third}) == 3
 
-            # Record every roll target and every report seen until the shard settles on the third spec.
-            targets: list[str] = []
-            reports: list[tuple[str, str]] = []
+        # Record every roll target and every report seen until the shard settles on the third spec.
+        targets: list[str] = []
+        reports: list[tuple[str, str]] = []
 
-            async def settled() -> dict[str, Any] | None:
-                shard = await stack.shard("root")
-                status = shard.get("status") or {}
-                target = (status.get("rollout") or {}).get("targetRevision")
-                if target and (not targets or targets[-1] != target):
-                    targets.append(target)
-                report = status.get("lastRoll") or {}
-                last = report.get("toRevision")
-                if last and (not reports or reports[-1][0] != last):
-                    reports.append((last, report.get("result", "")))
-                ready = scenario.condition(shard, "Ready").get("status") == "True"
-                return shard if ready and not status.get("rollout") and last == third else None
+        async def settled() -> dict[str, Any] | None:
+            shard = await stack.shard("root")
+            status = shard.get("status") or {}
+            target = (status.get("rollout") or {}).get("targetRevision")
+            if target and (not targets or targets[-1] != target):
+                targets.append(target)
+            report = status.get("lastRoll") or {}
+            last = report.get("toRevision")
+            if last and (not reports or reports[-1][0] != last):
+                reports.append((last, report.get("result", "")))
+            ready = scenario.condition(shard, "Ready").get("status") == "True"
+            return shard if ready and not status.get("rollout") and last == third else None
 
-            shard = await wait_for("the shard on the third spec", settled, timeout=150)
-            await scenario.more_requests(load)
-        print("queued:", load.report.summary(), "targets", targets, "reports", reports)
-        assert targets == [second, third]  # the first roll kept its target; the second came after it
-        # The creation roll's report, then the first roll's, then the second's: each finished in turn.
-        done = "Succeeded"
-        assert reports == [(first["status"]["activeRevision"], done), (second, done), (third, done)]
-        status = shard["status"]
-        assert status["lastRoll"]["result"] == "Succeeded"
-        assert status["activeRevision"] == third and status["activeSlot"] == "a"
-        assert status["observedGeneration"] == shard["metadata"]["generation"]
-        started = [r for r in await scenario.event_reasons(stack, "root") if r == "RollStarted"]
-        assert len(started) - created == 2
-        await scenario.wait_settled(stack)
-        assert load.report.failed == 0, load.report.failures
-
-
-def _acting(log: Path) -> bool:
-    text = log.read_text(errors="replace")
-    return all(line in text for line in ROLL_LINES)
-
-
-async def _lease_holder(stack: Stack) -> str | None:
-    lease = await stack.api.get(LEASES, "default", "kcpshard-root")
-    return (lease.get("spec") or {}).get("holderIdentity")
-
-
-async def test_two_operators_only_the_lease_holder_acts(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
-    async with running_stack(tmp_path / "stack", operator=False) as stack:
-        lease = ("--shard-lease-seconds", "4")
-        operators: list[Process] = [
-            stack.start_operator(*lease, log="op1.log"),
-            stack.start_operator(*lease, log="op2.log"),
-        ]
-        try:
-            port = await scenario.create_shard(
-                stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", rsa_bits=2048)}
-            )
-            await scenario.wait_ready(stack)
-            sandbox = Path(stack.info.sandbox)
-            async with scenario.traffic(stack, port) as load:
-                await _roll_to(stack, make_kcp(bin_dir, "kcp-2", rsa_bits=2048))
-                shard = await scenario.wait_last_roll(stack, "root")
-                await scenario.wait_settled(stack)
-                await scenario.more_requests(load)
-            assert shard["status"]["lastRoll"]["result"] == "Succeeded"
-            assert shard["status"]["activeSlot"] == "b"
-            assert scenario.front_switches(sandbox, "a") == 1
-            assert scenario.front_switches(sandbox, "b") == 1
-            holder = await _lease_holder(stack)
-            assert holder
-            acting = [op for op in operators if _acting(op.log)]
-            assert len(acting) == 1, [op.log.name for op in acting]
-            (first,) = acting
-            assert f"as {holder}" in first.log.read_text()  # the lease names the operator that acted
-            (other,) = [op for op in operators if op is not first]
-            assert not any(line in other.log.read_text() for line in ROLL_LINES)
-            assert load.report.failed == 0, load.report.failures
-
-            # The acting operator dies; the standby takes the shard over once the lease expires.
-            os.killpg(first.popen.pid, signal.SIGKILL)
-            assert first.popen.wait(timeout=10) == -signal.SIGKILL
-            async with scenario.traffic(stack, port) as load:
-                await _roll_to(stack, make_kcp(bin_dir, "kcp-3", rsa_bits=2048))
-                shard = await scenario.wait_last_roll(stack, "root", timeout=150)
-                await scenario.wait_settled(stack)
-                await scenario.more_requests(load)
-            print("two operators:", load.report.summary())
-            assert shard["status"]["lastRoll"]["result"] == "Succeeded"
-            assert shard["status"]["activeSlot"] == "a"
-            assert _acting(other.log)
-            new_holder = await _lease_holder(stack)
-            assert new_holder and new_holder != holder
-            assert f"as {new_holder}" in other.log.read_text()
-            # One flip per roll: the first slot, the first roll, the roll after the takeover.
-            assert scenario.front_switches(sandbox, "a") == 2
-            assert scenario.front_switches(sandbox, "b") == 1
-            assert load.report.failed == 0, load.report.failures
-        finally:
-            for op in operators:
-                op.stop()
+        shard = await wait_for("the shard on the third spec", settled, timeout=150)
+        await scenario.more_requests(load)
+    print("queued:", load.report.summary(), "targets", targets, "reports", reports)
+    assert targets == [second, third]  # the first roll kept its target; the second came after it
+    # The creation roll's report, then the first roll's, then the second's: each finished in turn.
+    done = "Succeeded"
+    assert reports == [(first["status"]["activeRevision"], done), (second, done), (third, done)]
+    status = shard["status"]
+    assert status["lastRoll"]["result"] == "Succeeded"
+    assert status["activeRevision"] == third and status["activeSlot"] == "a"
+    assert status["observedGeneration"] == shard["metadata"]["generation"]
+    started = [r for r in await scenario.event_reasons(stack, "root") if r == "RollStarted"]
+    assert len(started) - created == 2
+    await scenario.wait_settled(stack)
+    assert load.report.failed == 0, load.report.failures

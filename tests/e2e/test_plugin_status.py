@@ -31,11 +31,11 @@ from kcpshard.k8s.api import KCPSHARDS
 from kcpshard.roll.plan import Step
 from kcpshard_testkit import record, scenario
 from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.stack import Stack, running_stack, shard_manifest
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 BIN = Path(sys.executable).parent
 KUBECTL = str(BIN / "kubectl")
@@ -157,112 +157,108 @@ async def _finish(proc: asyncio.subprocess.Process, timeout: float = 150) -> tup
     return proc.returncode or 0, out.decode(), err.decode()
 
 
-async def test_status_watch_shows_each_step_as_it_happens(tmp_path: Path) -> None:
-    async with running_stack(tmp_path / "stack") as stack:
-        await scenario.serving_shard(stack, tmp_path / "bin")
-        env = _env(stack, tmp_path / "home")
-        async with in_terminal([KUBECTL, "kcpshard", "status", "root", "-w"], env) as term:
+async def test_status_watch_shows_each_step_as_it_happens(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    await scenario.serving_shard(stack, bin_dir)
+    env = _env(stack, tmp_path / "home")
+    async with in_terminal([KUBECTL, "kcpshard", "status", "root", "-w"], env) as term:
 
-            async def healthy_view() -> bool:
-                return "Status:          ✔ Healthy" in term.frames()[-1]
+        async def healthy_view() -> bool:
+            return "Status:          ✔ Healthy" in term.frames()[-1]
 
-            await wait_for("the view of a healthy shard", healthy_view, timeout=30)
-            before = len(term.frames())
+        await wait_for("the view of a healthy shard", healthy_view, timeout=30)
+        before = len(term.frames())
 
-            async with record.changes(stack.api, "root", "bluegreen"):
-                patched = await stack.api.patch(
-                    KCPSHARDS, "default", "root", {"spec": {"kcp": {"version": "v0.32.2"}}}
-                )
-                record.record("kcpshard-stale-generation", patched)
-                # a script waiting on the same roll at the same time, without a terminal
-                waiter = await _plugin(env, "status", "root", "--wait", "--timeout", "2m")
+        async with record.changes(stack.api, "root", "bluegreen"):
+            patched = await stack.api.patch(
+                KCPSHARDS, stack.namespace, "root", {"spec": {"kcp": {"version": "v0.32.2"}}}
+            )
+            record.record("kcpshard-stale-generation", patched)
+            # a script waiting on the same roll at the same time, without a terminal
+            waiter = await _plugin(env, "status", "root", "--wait", "--timeout", "2m")
 
-                async def rolled_view() -> bool:
-                    last = term.frames()[-1]
-                    return "Status:          ✔ Healthy" in last and bool(LAST_ROLL.search(last))
+            async def rolled_view() -> bool:
+                last = term.frames()[-1]
+                return "Status:          ✔ Healthy" in last and bool(LAST_ROLL.search(last))
 
-                try:
-                    await wait_for("the view of the finished roll", rolled_view, timeout=120)
-                except TimeoutError:
-                    pytest.fail(f"the view never showed the finished roll; last frame:\n{term.frames()[-1]}")
-                code, out, err = await _finish(waiter)
-            assert term.popen.poll() is None  # -w goes on until it is stopped
+            try:
+                await wait_for("the view of the finished roll", rolled_view, timeout=120)
+            except TimeoutError:
+                pytest.fail(f"the view never showed the finished roll; last frame:\n{term.frames()[-1]}")
+            code, out, err = await _finish(waiter)
+        assert term.popen.poll() is None  # -w goes on until it is stopped
 
-        frames = term.frames()[before:]
-        # every step was shown running, one after the other, in the order the roll takes them
-        assert _distinct([_running_step(f) for f in frames]) == [s.value for s in BLUE_GREEN_STEPS]
-        # the new slot's conditions turned ✔ one by one, never back, up to all six
-        done = [n for n in (_new_slot_done(f) for f in frames) if n >= 0]
-        assert done == sorted(done) and done[-1] == 6, done
-        assert len(set(done)) >= 4, done  # seen at several stages, not just at the end
-        final = frames[-1]
-        assert "Serving:         slot b (front b:" in final
-        assert "Revision:" in final and "(kcp v0.32.2)" in final
-        assert LAST_ROLL.search(final), final
-        for step in BLUE_GREEN_STEPS:
-            assert re.search(rf"^\s+✔ {step.value}\s+\d\d:\d\d:\d\d\s+\S+s$", final, re.MULTILINE), step
+    frames = term.frames()[before:]
+    # every step was shown running, one after the other, in the order the roll takes them
+    assert _distinct([_running_step(f) for f in frames]) == [s.value for s in BLUE_GREEN_STEPS]
+    # the new slot's conditions turned ✔ one by one, never back, up to all six
+    done = [n for n in (_new_slot_done(f) for f in frames) if n >= 0]
+    assert done == sorted(done) and done[-1] == 6, done
+    assert len(set(done)) >= 4, done  # seen at several stages, not just at the end
+    final = frames[-1]
+    assert "Serving:         slot b (front b:" in final
+    assert "Revision:" in final and "(kcp v0.32.2)" in final
+    assert LAST_ROLL.search(final), final
+    for step in BLUE_GREEN_STEPS:
+        assert re.search(rf"^\s+✔ {step.value}\s+\d\d:\d\d:\d\d\s+\S+s$", final, re.MULTILINE), step
 
-        # the script's --wait: one line per change, no terminal codes, 0 once the roll succeeded
-        assert code == 0, (out, err)
-        assert "\x1b[" not in out
-        lines = out.strip().splitlines()
-        assert lines[0].startswith("Progressing - ")
-        assert lines[-1].startswith("kcpshard root is healthy: slot b serves revision")
+    # the script's --wait: one line per change, no terminal codes, 0 once the roll succeeded
+    assert code == 0, (out, err)
+    assert "\x1b[" not in out
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("Progressing - ")
+    assert lines[-1].startswith("kcpshard root is healthy: slot b serves revision")
 
-        shard = await stack.shard("root")
-        record.record("kcpshard-ready", shard)
-        assert shard["status"]["lastRoll"]["toSlot"] == "b"
+    shard = await stack.shard("root")
+    record.record("kcpshard-ready", shard)
+    assert shard["status"]["lastRoll"]["toSlot"] == "b"
 
 
-async def test_wait_fails_on_a_stalled_roll_and_on_its_timeout(tmp_path: Path) -> None:
-    bin_dir = tmp_path / "bin"
+async def test_wait_fails_on_a_stalled_roll_and_on_its_timeout(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
     good = make_kcp(bin_dir, "kcp-good", **scenario.FAST)
     never_ready = make_kcp(bin_dir, "kcp-never-ready", never_ready=True, **scenario.FAST)
     crashes = make_kcp(bin_dir, "kcp-crashes", crash_after_seconds=0.5, **scenario.FAST)
-    async with running_stack(tmp_path / "stack") as stack:
-        env = _env(stack, tmp_path / "home")
-        manifest = shard_manifest(
-            "root",
-            etcd=stack.info.etcd_endpoint,
-            front_port=free_port(),
-            kcp={"version": "v0.32.1", "binary": good},
-        )
-        record.record("kcpshard-new", await stack.api.create(KCPSHARDS, "default", manifest))
-        async with record.changes(stack.api, "root", "first"):
-            await scenario.wait_ready(stack)
+    env = _env(stack, tmp_path / "home")
+    manifest = stack.manifest("root", free_port(), kcp={"version": "v0.32.1", "binary": good})
+    record.record("kcpshard-new", await stack.api.create(KCPSHARDS, stack.namespace, manifest))
+    async with record.changes(stack.api, "root", "first"):
+        await scenario.wait_ready(stack)
 
-        # healthy with no roll: --wait says so at once
-        code, out, _ = await _finish(await _plugin(env, "status", "root", "--wait"))
-        assert code == 0 and out.startswith("kcpshard root is healthy"), out
+    # healthy with no roll: --wait says so at once
+    code, out, _ = await _finish(await _plugin(env, "status", "root", "--wait"))
+    assert code == 0 and out.startswith("kcpshard root is healthy"), out
 
-        async with record.changes(stack.api, "root", "stalled"):
-            patch = {"spec": {"kcp": {"binary": never_ready}, "roll": {"readyTimeoutSeconds": 6}}}
-            await stack.api.patch(KCPSHARDS, "default", "root", patch)
-            short = await _plugin(env, "status", "root", "--wait", "--timeout", "1s")
-            long = await _plugin(env, "status", "root", "--wait", "--timeout", "2m")
-            code, out, err = await _finish(short)
-            assert code == 4, (out, err)
-            assert "timed out after 1s waiting for kcpshard root: Progressing" in out
+    async with record.changes(stack.api, "root", "stalled"):
+        patch = {"spec": {"kcp": {"binary": never_ready}, "roll": {"readyTimeoutSeconds": 6}}}
+        await stack.api.patch(KCPSHARDS, stack.namespace, "root", patch)
+        short = await _plugin(env, "status", "root", "--wait", "--timeout", "1s")
+        long = await _plugin(env, "status", "root", "--wait", "--timeout", "2m")
+        code, out, err = await _finish(short)
+        assert code == 4, (out, err)
+        assert "timed out after 1s waiting for kcpshard root: Progressing" in out
 
-            code, out, err = await _finish(long)
-            assert code == 3, (out, err)
-            last = out.strip().splitlines()[-1]
-            assert last.startswith("kcpshard root stalled: slot a serves revision"), out
-            assert "was not ready within 6s" in last
-
-            shard = await scenario.wait_stalled(stack)
-        record.record("kcpshard-stalled", shard)
-        # a stalled shard: --wait does not wait
-        code, out, _ = await _finish(await _plugin(env, "status", "root", "--wait"))
-        assert code == 3 and "was not ready within 6s" in out
-
-        # a new spec whose kcp crashes: --wait does not take the old stall for the new roll's verdict
-        async with record.changes(stack.api, "root", "crashed"):
-            patch = {"spec": {"kcp": {"binary": crashes}, "roll": {"readyTimeoutSeconds": 60}}}
-            record.record(
-                "kcpshard-stalled-stale-generation",
-                await stack.api.patch(KCPSHARDS, "default", "root", patch),
-            )
-            code, out, err = await _finish(await _plugin(env, "status", "root", "--wait"))
+        code, out, err = await _finish(long)
         assert code == 3, (out, err)
-        assert "exited with code 2" in out.strip().splitlines()[-1]
+        last = out.strip().splitlines()[-1]
+        assert last.startswith("kcpshard root stalled: slot a serves revision"), out
+        assert "was not ready within 6s" in last
+
+        shard = await scenario.wait_stalled(stack)
+    record.record("kcpshard-stalled", shard)
+    # a stalled shard: --wait does not wait
+    code, out, _ = await _finish(await _plugin(env, "status", "root", "--wait"))
+    assert code == 3 and "was not ready within 6s" in out
+
+    # a new spec whose kcp crashes: --wait does not take the old stall for the new roll's verdict
+    async with record.changes(stack.api, "root", "crashed"):
+        patch = {"spec": {"kcp": {"binary": crashes}, "roll": {"readyTimeoutSeconds": 60}}}
+        record.record(
+            "kcpshard-stalled-stale-generation",
+            await stack.api.patch(KCPSHARDS, stack.namespace, "root", patch),
+        )
+        code, out, err = await _finish(await _plugin(env, "status", "root", "--wait"))
+    assert code == 3, (out, err)
+    assert "exited with code 2" in out.strip().splitlines()[-1]

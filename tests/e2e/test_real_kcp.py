@@ -8,9 +8,6 @@ for (tests/e2e/test_roll_aborts.py and others).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +17,11 @@ import pytest
 from kcpshard.api.conditions import SLOT_STEPS
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS
 from kcpshard.kcp.client import KcpClient
-from kcpshard.roll.plan import Step
 from kcpshard_testkit import scenario
-from kcpshard_testkit.faultproxy import status_step_is
-from kcpshard_testkit.realkcp import NEWER, OLDER, RealKcp, real_kcp, real_kcp_processes
-from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.realkcp import NEWER, OLDER, RealKcp, on_the_node, real_kcp, real_kcp_processes
+from kcpshard_testkit.stack import Stack
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
 
 # Real kcp starts in tens of seconds on a busy 2-core machine; the roll's own timeouts are kcp's defaults.
 READY_TIMEOUT = 300
@@ -34,7 +29,8 @@ LEASE = ("--shard-lease-seconds", "3")
 
 
 def kcp_spec(kcp: RealKcp) -> dict[str, str]:
-    return {"version": kcp.version, "binary": kcp.binary}
+    """The binary as users put it on their node (README), at `/var/lib/kcpshard/bin/kcp-<version>`."""
+    return {"version": kcp.version, "binary": on_the_node(kcp)}
 
 
 async def serving(stack: Stack, kcp: RealKcp, **spec: Any) -> int:
@@ -59,7 +55,7 @@ async def check_rolled(stack: Stack, port: int, slot: str) -> dict[str, Any]:
     status = shard["status"]
     assert status["lastRoll"]["result"] == "Succeeded", status["lastRoll"]
     assert status["activeSlot"] == slot
-    new_slot = await stack.api.get(KCPSLOTS, "default", f"root-{slot}")
+    new_slot = await stack.api.get(KCPSLOTS, stack.namespace, f"root-{slot}")
     for condition in SLOT_STEPS:
         assert scenario.condition(new_slot, condition)["status"] == "True", (condition, new_slot["status"])
     admin = await stack.shard_admin("root")
@@ -73,91 +69,66 @@ async def check_rolled(stack: Stack, port: int, slot: str) -> dict[str, Any]:
     return shard
 
 
-async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(tmp_path: Path) -> None:
+async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
     older, newer = real_kcp(OLDER), real_kcp(NEWER)
-    async with running_stack(tmp_path) as stack:
-        port = await serving(stack, older)
-        assert older.version in await served_version(stack, port)
-        sandbox = Path(stack.info.sandbox)
-        old_pids = real_kcp_processes(sandbox)
-        assert len(old_pids) == 1
-        async with scenario.traffic(stack, port) as load:
-            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"kcp": kcp_spec(newer)}})
-            await scenario.wait_last_roll(stack, "root", timeout=READY_TIMEOUT + 200)
-            await scenario.wait_settled(stack, kcps=real_kcp_processes)
-            await scenario.more_requests(load)
-        report = load.report
-        shard = await check_rolled(stack, port, "b")
-        print("real upgrade", older.version, "->", newer.version, report.summary())
-        print("report", shard["status"]["lastRoll"]["durations"])
-        assert newer.version in await served_version(stack, port)
-        assert not any(pid in real_kcp_processes(sandbox) for pid in old_pids)  # the old kcp exited
-        assert report.failed == 0, report.failures
-        assert report.ok > 40
+    port = await serving(stack, older)
+    assert older.version in await served_version(stack, port)
+    sandbox = stack
+    old_pids = real_kcp_processes(sandbox)
+    assert len(old_pids) == 1
+    async with scenario.traffic(stack, port) as load:
+        await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": {"kcp": kcp_spec(newer)}})
+        await scenario.wait_last_roll(stack, "root", timeout=READY_TIMEOUT + 200)
+        await scenario.wait_settled(stack, kcps=real_kcp_processes)
+        await scenario.more_requests(load)
+    report = load.report
+    shard = await check_rolled(stack, port, "b")
+    print("real upgrade", older.version, "->", newer.version, report.summary())
+    print("report", shard["status"]["lastRoll"]["durations"])
+    assert newer.version in await served_version(stack, port)
+    assert not any(pid in real_kcp_processes(sandbox) for pid in old_pids)  # the old kcp exited
+    assert report.failed == 0, report.failures
+    assert report.ok > 40
 
 
-async def test_real_single_shape_has_an_outage_and_comes_back(tmp_path: Path) -> None:
+async def test_real_single_shape_has_an_outage_and_comes_back(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
     kcp = real_kcp(NEWER)
-    async with running_stack(tmp_path) as stack:
-        port = await serving(stack, kcp, shape="Single")
-        async with scenario.traffic(stack, port) as load:
-            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"extraArgs": ["-v=2"]}})
-            shard = await scenario.wait_last_roll(stack, "root", timeout=READY_TIMEOUT + 200)
-            await scenario.more_requests(load)
-        report = load.report
-        print("real Single", report.summary(), shard["status"]["lastRoll"]["durations"])
-        last = shard["status"]["lastRoll"]
-        assert last["result"] == "Succeeded", last
-        # Single is a planned outage: the report measures it, the client sees it (requests failed, or GETs
-        # reset and retried after 1 s as client-go does), and the shard serves again after.
-        assert last["durations"]["outage"] > 0
-        assert report.failed + report.retried_reset > 0, report.summary()
-        await check_rolled(stack, port, "a")
+    port = await serving(stack, kcp, shape="Single")
+    async with scenario.traffic(stack, port) as load:
+        await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": {"extraArgs": ["-v=2"]}})
+        shard = await scenario.wait_last_roll(stack, "root", timeout=READY_TIMEOUT + 200)
+        await scenario.more_requests(load)
+    report = load.report
+    print("real Single", report.summary(), shard["status"]["lastRoll"]["durations"])
+    last = shard["status"]["lastRoll"]
+    assert last["result"] == "Succeeded", last
+    # Single is a planned outage: the report measures it, the client sees it (requests failed, or GETs
+    # reset and retried after 1 s as client-go does), and the shard serves again after.
+    assert last["durations"]["outage"] > 0
+    assert report.failed + report.retried_reset > 0, report.summary()
+    await check_rolled(stack, port, "a")
 
 
-KILL_AT = [Step.WAITING_READY.value, Step.HANDING_OVER_LEASE.value, Step.PROBING.value]
-
-
-@pytest.mark.parametrize("step", KILL_AT)
-async def test_real_kcp_operator_killed_at_a_step_finishes_the_roll(tmp_path: Path, step: str) -> None:
+async def test_real_kcp_refusing_its_flags_aborts_and_the_old_slot_serves(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
     kcp = real_kcp(NEWER)
-    async with running_stack(tmp_path / "stack", operator=False) as stack:
-        async with stack.fault_proxy(tmp_path / "proxy") as proxy:
-            first = stack.start_operator(*LEASE, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log")
-            port = await serving(stack, kcp)
-            sandbox = Path(stack.info.sandbox)
-            async with scenario.traffic(stack, port) as load:
-                proxy.arm(status_step_is("root", step), lambda: os.killpg(first.popen.pid, signal.SIGKILL))
-                await stack.api.patch(KCPSHARDS, "default", "root", {"spec": {"extraArgs": ["-v=2"]}})
-                await asyncio.wait_for(proxy.fired.wait(), timeout=READY_TIMEOUT)
-                assert first.popen.wait(timeout=10) == -signal.SIGKILL
-                assert (await stack.shard("root"))["status"]["rollout"]["step"] == step
-                stack.start_operator(*LEASE, log="operator-2.log")
-                await scenario.wait_ready(stack, timeout=READY_TIMEOUT)
-                await scenario.wait_settled(stack, kcps=real_kcp_processes)
-                await scenario.more_requests(load)
-            report = load.report
-        print("real kill at", step, report.summary())
-        await check_rolled(stack, port, "b")
-        assert scenario.front_switches(sandbox, "b") == 1
-        assert report.failed == 0, report.failures
-
-
-async def test_real_kcp_refusing_its_flags_aborts_and_the_old_slot_serves(tmp_path: Path) -> None:
-    kcp = real_kcp(NEWER)
-    async with running_stack(tmp_path) as stack:
-        port = await serving(stack, kcp)
-        async with scenario.traffic(stack, port) as load:
-            spec = {"extraArgs": ["--no-such-flag-in-kcp"]}
-            await stack.api.patch(KCPSHARDS, "default", "root", {"spec": spec})
-            shard = await scenario.wait_stalled(stack, timeout=READY_TIMEOUT)
-            await scenario.wait_settled(stack, kcps=real_kcp_processes)
-            await scenario.more_requests(load)
-        report = load.report
-        stalled = scenario.condition(shard, "Stalled")
-        print("real bad flag:", stalled["message"], report.summary())
-        assert stalled["reason"] == "SlotExited", stalled
-        assert shard["status"]["activeSlot"] == "a"
-        assert shard["status"]["lastRoll"]["result"] == "Aborted"
-        assert await scenario.slot_names(stack) == ["root-a"]
-        assert report.failed == 0, report.failures
+    port = await serving(stack, kcp)
+    async with scenario.traffic(stack, port) as load:
+        spec = {"extraArgs": ["--no-such-flag-in-kcp"]}
+        await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": spec})
+        shard = await scenario.wait_stalled(stack, timeout=READY_TIMEOUT)
+        await scenario.wait_settled(stack, kcps=real_kcp_processes)
+        await scenario.more_requests(load)
+    report = load.report
+    stalled = scenario.condition(shard, "Stalled")
+    print("real bad flag:", stalled["message"], report.summary())
+    assert stalled["reason"] == "SlotExited", stalled
+    assert shard["status"]["activeSlot"] == "a"
+    assert shard["status"]["lastRoll"]["result"] == "Aborted"
+    assert await scenario.slot_names(stack) == ["root-a"]
+    assert report.failed == 0, report.failures

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from kcpshard_testkit import scenario
-from kcpshard_testkit.stack import running_stack
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 
 def store_pid(endpoint: str) -> int:
@@ -31,29 +31,28 @@ def store_pid(endpoint: str) -> int:
     raise AssertionError(f"no etcd process serves {endpoint}")
 
 
-async def test_a_frozen_store_makes_the_shard_not_ready_until_it_answers_again(tmp_path: Path) -> None:
-    async with running_stack(tmp_path / "stack") as stack:
-        await scenario.serving_shard(stack, tmp_path / "bin")
-        etcd = store_pid(stack.info.etcd_endpoint)
-        os.kill(etcd, signal.SIGSTOP)
-        try:
+async def test_a_frozen_store_makes_the_shard_not_ready_until_it_answers_again(
+    stack: Stack, bin_dir: Path, tmp_path: Path
+) -> None:
+    await scenario.serving_shard(stack, bin_dir)
+    etcd = store_pid(stack.info.etcd_endpoint)
+    os.kill(etcd, signal.SIGSTOP)
+    try:
 
-            async def says_store_down() -> dict[str, Any] | None:
-                shard = await stack.shard("root")
-                return (
-                    shard if scenario.condition(shard, "Stalled").get("reason") == "StoreNotReady" else None
-                )
+        async def says_store_down() -> dict[str, Any] | None:
+            shard = await stack.shard("root")
+            return shard if scenario.condition(shard, "Stalled").get("reason") == "StoreNotReady" else None
 
-            shard = await wait_for("Stalled=True/StoreNotReady", says_store_down, timeout=60)
-        finally:
-            os.kill(etcd, signal.SIGCONT)
-        ready, stalled = scenario.condition(shard, "Ready"), scenario.condition(shard, "Stalled")
-        assert (ready["status"], ready["reason"]) == ("False", "StoreNotReady")
-        assert stalled["status"] == "True"
-        assert f"cannot reach the store ({stack.info.etcd_endpoint}): [-]etcd failed" in stalled["message"]
-        event = await scenario.wait_event(stack, "root", "StoreNotReady")
-        assert event["type"] == "Warning"
+        shard = await wait_for("Stalled=True/StoreNotReady", says_store_down, timeout=60)
+    finally:
+        os.kill(etcd, signal.SIGCONT)
+    ready, stalled = scenario.condition(shard, "Ready"), scenario.condition(shard, "Stalled")
+    assert (ready["status"], ready["reason"]) == ("False", "StoreNotReady")
+    assert stalled["status"] == "True"
+    assert f"cannot reach the store ({stack.info.etcd_endpoint}): [-]etcd failed" in stalled["message"]
+    event = await scenario.wait_event(stack, "root", "StoreNotReady")
+    assert event["type"] == "Warning"
 
-        shard = await scenario.wait_ready(stack, timeout=60)  # thawed: serving again, by itself
-        assert scenario.condition(shard, "Ready")["reason"] == "Serving"
-        assert scenario.condition(shard, "Stalled")["status"] == "False"
+    shard = await scenario.wait_ready(stack, timeout=60)  # thawed: serving again, by itself
+    assert scenario.condition(shard, "Ready")["reason"] == "Serving"
+    assert scenario.condition(shard, "Stalled")["status"] == "False"

@@ -49,12 +49,6 @@ async def _serving(stack: Stack, name: str, images: Any, **spec: Any) -> int:
     return port
 
 
-def _flips_to(events: list[dict[str, Any]], slot: str) -> int:
-    return sum(
-        1 for e in events if e.get("reason") == "Flip" and f"serve slot {slot} " in e.get("message", "")
-    )
-
-
 async def test_the_operators_pod_force_deleted_mid_roll_another_finishes_it_with_one_flip(
     cluster: Stack, images: Any
 ) -> None:
@@ -83,7 +77,7 @@ async def test_the_operators_pod_force_deleted_mid_roll_another_finishes_it_with
         await scenario.more_requests(load)
     last = shard["status"]["lastRoll"]
     assert last["result"] == "Succeeded" and last["toSlot"] == "b", last
-    assert _flips_to(await scenario.events(cluster, "relay"), "b") == 1
+    assert await scenario.flips_to(cluster, "relay", "b") == 1
     logs = cluster.kubectl("-n", OPERATOR_NAMESPACE, "logs", second).stdout
     assert "Traceback" not in logs, logs[-3000:]
     print(f"operator {first} force-deleted mid-roll, {second} finished it: {load.report.summary()}")
