@@ -50,7 +50,6 @@ def _allowed(stack: Stack, shard: str, verb: str, what: str, *more: str) -> bool
 async def test_shards_in_a_fresh_namespace_serve_and_each_agent_reaches_only_its_own_shard(
     stack: Stack,
     bin_dir: Path,
-    tmp_path: Path,
 ) -> None:
     # The test's namespace is new: no ServiceAccount, Role or binding of ours is in it.
     kcp = {

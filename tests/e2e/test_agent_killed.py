@@ -32,25 +32,24 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-def slot_agent(sandbox: Path, slot_object: str) -> int | None:
-    """Pid of the host agent of KcpSlot `slot_object` started under the sandbox, if it runs."""
-    for pid in scenario.agent_pids(sandbox, "slot"):
+def slot_agent(stack: Stack, slot_object: str) -> int | None:
+    """Pid of the host agent of KcpSlot `slot_object` among the stack's pods, if it runs."""
+    for pid in scenario.agent_pids(stack, "slot"):
         if any(pair == (b"--slot", slot_object.encode()) for pair in itertools.pairwise(scenario.argv(pid))):
             return pid
     return None
 
 
-def kcp_child(sandbox: Path, agent: int) -> int | None:
+def kcp_child(stack: Stack, agent: int) -> int | None:
     """The kcp process the agent started."""
-    return next((pid for pid in scenario.kcp_processes(sandbox) if _parent(pid) == agent), None)
+    return next((pid for pid in scenario.kcp_processes(stack) if _parent(pid) == agent), None)
 
 
 async def _agent_and_kcp(stack: Stack, slot_object: str) -> tuple[int, int]:
-    sandbox = stack
 
     async def running() -> tuple[int, int] | None:
-        agent = slot_agent(sandbox, slot_object)
-        kcp = kcp_child(sandbox, agent) if agent is not None else None
+        agent = slot_agent(stack, slot_object)
+        kcp = kcp_child(stack, agent) if agent is not None else None
         return (agent, kcp) if agent is not None and kcp is not None else None
 
     return await scenario.wait_for(f"the host agent of {slot_object} and its kcp", running, timeout=30)
@@ -63,9 +62,7 @@ async def _gone(pid: int) -> None:
     await scenario.wait_for(f"process {pid} to end", ended, timeout=15)
 
 
-async def test_new_slot_agent_killed_before_the_flip_aborts_the_roll(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_new_slot_agent_killed_before_the_flip_aborts_the_roll(stack: Stack, bin_dir: Path) -> None:
     port = await scenario.create_shard(
         stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", rsa_bits=2048)}
     )
@@ -104,7 +101,7 @@ async def test_new_slot_agent_killed_before_the_flip_aborts_the_roll(
 
 
 async def test_active_slot_agent_killed_starts_its_revision_on_the_other_slot(
-    stack: Stack, bin_dir: Path, tmp_path: Path
+    stack: Stack, bin_dir: Path
 ) -> None:
     # A short probe timeout: the recovered slot must lead kcp's controllers within seconds, not once
     # the dead process's controller lease (60 s) expires.
@@ -155,7 +152,7 @@ async def test_active_slot_agent_killed_starts_its_revision_on_the_other_slot(
 
 @pytest.mark.parametrize("deleted", ["job", "kcpslot"])
 async def test_serving_slot_deleted_serves_until_its_replacement_does(
-    stack: Stack, bin_dir: Path, tmp_path: Path, deleted: str
+    stack: Stack, bin_dir: Path, deleted: str
 ) -> None:
     """The replacement starts at once, and the deleted slot's kcp serves on (its agent holds it,
     agent/slot_hold.py) until the front serves the replacement: no request fails, though the shutdown

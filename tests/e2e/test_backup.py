@@ -37,9 +37,7 @@ async def _roll_with_backup(stack: Stack, binary: str) -> None:
     await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": spec})
 
 
-async def test_roll_with_backup_snapshots_the_store_first(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_roll_with_backup_snapshots_the_store_first(stack: Stack, bin_dir: Path) -> None:
     port, _ = await scenario.serving_shard(stack, bin_dir)
     async with scenario.traffic(stack, port) as load:
         await _roll_with_backup(stack, make_kcp(bin_dir, "kcp-2", **FAST))
@@ -85,9 +83,7 @@ async def test_roll_with_backup_snapshots_the_store_first(
     assert load.report.failed == 0, load.report.failures
 
 
-async def test_failed_backup_stops_the_roll_before_anything_changes(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_failed_backup_stops_the_roll_before_anything_changes(stack: Stack, bin_dir: Path) -> None:
     port = await scenario.create_shard(
         stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
     )

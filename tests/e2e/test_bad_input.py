@@ -129,7 +129,7 @@ SCHEMA = {
 
 @pytest.mark.parametrize("case", sorted(SCHEMA))
 async def test_schema_refuses_the_manifest_and_nothing_is_created(
-    stack: Stack, bin_dir: Path, tmp_path: Path, case: str
+    stack: Stack, tmp_path: Path, case: str
 ) -> None:
     edit, words = SCHEMA[case]
     manifest = copy.deepcopy(_manifest(stack, "bad", free_port()))
@@ -162,7 +162,7 @@ OPERATOR: dict[str, tuple[dict[str, Any], list[str]]] = {
 
 @pytest.mark.parametrize("case", sorted(OPERATOR))
 async def test_operator_stalls_an_invalid_spec_before_starting_anything(
-    stack: Stack, bin_dir: Path, tmp_path: Path, case: str
+    stack: Stack, tmp_path: Path, case: str
 ) -> None:
     spec, words = OPERATOR[case]
     code, output = _apply(stack, tmp_path, _manifest(stack, "bad", free_port(), **spec))
@@ -325,7 +325,6 @@ async def test_unreachable_store_stalls_before_kcp_ever_starts(
     closed = free_port()  # nothing listens here
     endpoint = f"http://127.0.0.1:{closed}"
     kcp = {"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
-    sandbox = stack
     manifest = _manifest(
         stack,
         "root",
@@ -341,7 +340,7 @@ async def test_unreachable_store_stalls_before_kcp_ever_starts(
     logs: list[str] = []
 
     async def stalled() -> dict[str, Any] | None:
-        kcp_seen.extend(scenario.kcp_processes(sandbox))
+        kcp_seen.extend(scenario.kcp_processes(stack))
         logs.append(stack.pod_logs("root-a-"))
         slot_seen.extend(await scenario.slot_names(stack, "root"))
         shard = await stack.shard("root")
@@ -375,7 +374,7 @@ async def test_unreachable_store_stalls_before_kcp_ever_starts(
         )
 
     await wait_for("the failed slot and its Job to go", cleaned, timeout=30)
-    assert scenario.kcp_processes(sandbox) == []
+    assert scenario.kcp_processes(stack) == []
     # The host agent's log says why it never started kcp.
     assert any("none of the store endpoints answered" in seen for seen in logs)
 

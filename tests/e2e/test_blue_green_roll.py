@@ -5,8 +5,6 @@ stand-in kcp on real etcd."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kcpshard.api import conditions as cond
@@ -38,7 +36,7 @@ async def _ready_shard(stack: Stack, name: str) -> dict:
     return await wait_for(f"shard {name} Ready=True", ready, timeout=90)
 
 
-async def test_blue_green_roll_loses_no_request(stack: Stack, bin_dir: Path, tmp_path: Path) -> None:
+async def test_blue_green_roll_loses_no_request(stack: Stack) -> None:
     front_port = free_port()
     manifest = stack.manifest("root", front_port)
     await stack.api.create(KCPSHARDS, stack.namespace, manifest)

@@ -36,8 +36,8 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)
 FAST = scenario.FAST
 
 
-def _commands(sandbox: Path) -> list[str]:
-    return [b" ".join(args).decode(errors="replace") for args in scenario.processes(sandbox).values()]
+def _commands(stack: Stack) -> list[str]:
+    return [b" ".join(args).decode(errors="replace") for args in scenario.processes(stack).values()]
 
 
 async def _exists(stack: Stack, ref: ResourceRef, name: str) -> bool:
@@ -62,15 +62,14 @@ async def _running(stack: Stack) -> None:
 
 
 async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
-    sandbox = stack
     done = stack.kubectl("delete", "kshard", "root", "--timeout=90s", check=False)
     assert done.returncode == 0, done.stderr
     assert 'kcpshard.kcpshard.dev "root" deleted' in done.stdout, done.stdout
     # kubectl returned: the finalizer let the shard go only once everything had stopped.
     with pytest.raises(NotFound):
         await stack.shard("root")
-    assert scenario.kcp_processes(sandbox) == []
-    assert _commands(sandbox) == []  # no host agent, front agent or HAProxy either
+    assert scenario.kcp_processes(stack) == []
+    assert _commands(stack) == []  # no host agent, front agent or HAProxy either
     selector = "kcpshard.dev/shard=root"
     assert (await stack.api.list(JOBS, stack.namespace, label_selector=selector))["items"] == []
     assert (await stack.api.list(KCPSLOTS, stack.namespace, label_selector=selector))["items"] == []
@@ -93,12 +92,12 @@ async def _delete_and_check_clean(stack: Stack, *, secret_kept: bool) -> None:
     await wait_for("the slots' kcp-admin Secrets to go", slot_secrets_gone, timeout=30)
     # Nothing came back after the finalizer: no Lease re-created by a stopping loop, no new slot.
     assert not await _exists(stack, LEASES, "kcpshard-root")
-    assert scenario.kcp_processes(sandbox) == []
+    assert scenario.kcp_processes(stack) == []
 
 
 @pytest.mark.parametrize("policy", ["Retain", "Delete"])
 async def test_deleting_a_ready_shard_stops_everything_it_ran(
-    stack: Stack, bin_dir: Path, tmp_path: Path, policy: str
+    stack: Stack, bin_dir: Path, policy: str
 ) -> None:
     spec: dict[str, Any] = {"kcp": {"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}}
     if policy == "Delete":
@@ -115,7 +114,7 @@ async def test_deleting_a_ready_shard_stops_everything_it_ran(
 
 
 async def test_shard_applied_again_after_retain_serves_with_the_kept_material_at_once(
-    stack: Stack, bin_dir: Path, tmp_path: Path
+    stack: Stack, bin_dir: Path
 ) -> None:
     """What the kept Secret is for: the shard applied again on the same store serves as before."""
     spec: dict[str, Any] = {
@@ -153,9 +152,7 @@ async def _ready_or_stalled(stack: Stack) -> dict[str, Any]:
     return await wait_for("the first roll of shard root to end", ended, timeout=90)
 
 
-async def test_deleting_a_shard_during_a_roll_stops_both_slots(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_deleting_a_shard_during_a_roll_stops_both_slots(stack: Stack, bin_dir: Path) -> None:
     await scenario.create_shard(
         stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", **FAST)}
     )
@@ -169,10 +166,9 @@ async def test_deleting_a_shard_during_a_roll_stops_both_slots(
         {"spec": {"kcp": {"binary": stuck}, "roll": {"readyTimeoutSeconds": 120}}},
     )
     await scenario.wait_step(stack, "root", "WaitingReady")
-    sandbox = stack
 
     async def both_run() -> bool:
-        return len(scenario.kcp_processes(sandbox)) == 2
+        return len(scenario.kcp_processes(stack)) == 2
 
     await wait_for("the new slot's kcp beside the old one", both_run, timeout=60)
     assert await scenario.slot_names(stack) == ["root-a", "root-b"]

@@ -24,22 +24,19 @@ from kcpshard_testkit.waiting import wait_for
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 
-def haproxy_pids(sandbox: Path) -> dict[str, int]:
+def haproxy_pids(stack: Stack) -> dict[str, int]:
     """The front's HAProxy processes by member name (haproxy-0, haproxy-1)."""
     found = {}
-    for pid, args in scenario.processes(sandbox).items():
+    for pid, args in scenario.processes(stack).items():
         if args and args[0].endswith(b"haproxy"):
             config = next((a.decode() for a in args if a.endswith(b"haproxy.cfg")), "")
             found[Path(config).parent.name] = pid
     return found
 
 
-async def test_haproxy_killed_mid_roll_loses_no_new_connection(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_haproxy_killed_mid_roll_loses_no_new_connection(stack: Stack, bin_dir: Path) -> None:
     port, _ = await scenario.serving_shard(stack, bin_dir)
-    sandbox = stack
-    pids = haproxy_pids(sandbox)
+    pids = haproxy_pids(stack)
     assert sorted(pids) == ["haproxy-0", "haproxy-1"], pids
     async with scenario.traffic(stack, port) as during:
         spec = {"kcp": {"binary": make_kcp(bin_dir, "kcp-2", **scenario.FAST)}}
@@ -66,6 +63,6 @@ async def test_haproxy_killed_mid_roll_loses_no_new_connection(
     event = await scenario.wait_event(stack, "root", "FrontRestarted")
     assert event["type"] == "Warning"
     assert "haproxy-0 " in event["message"]
-    restarted = haproxy_pids(sandbox)
+    restarted = haproxy_pids(stack)
     assert sorted(restarted) == ["haproxy-0", "haproxy-1"] and restarted["haproxy-0"] != killed
     assert restarted["haproxy-1"] == pids["haproxy-1"]  # the other one never stopped

@@ -34,9 +34,7 @@ def _restart_operator(stack: Stack, agent_command: str, log: str) -> None:
     stack.start_operator("--agent-command", agent_command, log=log)
 
 
-async def test_a_new_shard_whose_front_never_starts_stalls_naming_the_node_and_pod(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_a_new_shard_whose_front_never_starts_stalls_naming_the_node_and_pod(stack: Stack) -> None:
     stack.start_operator()
     await scenario.create_shard(stack, "lost", node="no-such-node", **FRONT_TIMEOUT)
     shard = await scenario.wait_stalled(stack, "lost", timeout=60)
@@ -55,7 +53,6 @@ async def test_a_new_shard_whose_front_never_starts_stalls_naming_the_node_and_p
 async def test_a_front_replacement_is_make_before_break_and_one_that_never_starts_leaves_the_old(
     stack: Stack,
     bin_dir: Path,
-    tmp_path: Path,
 ) -> None:
     own = "kcpshard"  # the agents' command in the image
     stack.start_operator()

@@ -9,7 +9,6 @@ Real kcp, because the stand-in reaches etcd through etcd's JSON gateway, which k
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import pytest
 
@@ -37,9 +36,7 @@ async def _create_workspace(stack: Stack, port: int, name: str) -> None:
         await kcp.create_workspace(name)
 
 
-async def test_a_blue_green_roll_on_kine_keeps_the_data_and_every_request(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_a_blue_green_roll_on_kine_keeps_the_data_and_every_request(stack: Stack) -> None:
     kcp = real_kcp(NEWER)
     database = stack.workload_root / "kine" / "state.db"  # on the node, where the slots reach it
     database.parent.mkdir(parents=True)

@@ -24,9 +24,7 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)
 LONGEST = ("kcp-shard-with-a-name-as-long-as-the-crd-admits-" + "x" * 64)[:MAX_SHARD_NAME]
 
 
-async def test_one_character_over_the_limit_is_refused_at_apply(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_one_character_over_the_limit_is_refused_at_apply(stack: Stack, tmp_path: Path) -> None:
     manifest = stack.manifest(LONGEST + "y", free_port())
     path = tmp_path / "long.yaml"
     path.write_text(yaml.safe_dump(manifest))
@@ -38,7 +36,7 @@ async def test_one_character_over_the_limit_is_refused_at_apply(
 
 
 async def test_the_longest_name_rolls_with_backup_and_every_owned_object_fits(
-    stack: Stack, bin_dir: Path, tmp_path: Path
+    stack: Stack, bin_dir: Path
 ) -> None:
     port, _ = await scenario.serving_shard(stack, bin_dir, name=LONGEST)
     spec: dict[str, Any] = {

@@ -33,9 +33,7 @@ async def _roll_to(stack: Stack, binary: str) -> str:
     return revision_of(KcpShardSpec.model_validate(shard["spec"]))
 
 
-async def test_spec_change_during_a_roll_waits_for_it_to_end(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_spec_change_during_a_roll_waits_for_it_to_end(stack: Stack, bin_dir: Path) -> None:
     port = await scenario.create_shard(
         stack, kcp={"version": "v0.32.1", "binary": make_kcp(bin_dir, "kcp-1", rsa_bits=2048)}
     )

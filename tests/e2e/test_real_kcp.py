@@ -8,7 +8,6 @@ for (tests/e2e/test_roll_aborts.py and others).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -69,14 +68,11 @@ async def check_rolled(stack: Stack, port: int, slot: str) -> dict[str, Any]:
     return shard
 
 
-async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(stack: Stack) -> None:
     older, newer = real_kcp(OLDER), real_kcp(NEWER)
     port = await serving(stack, older)
     assert older.version in await served_version(stack, port)
-    sandbox = stack
-    old_pids = real_kcp_processes(sandbox)
+    old_pids = real_kcp_processes(stack)
     assert len(old_pids) == 1
     async with scenario.traffic(stack, port) as load:
         await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": {"kcp": kcp_spec(newer)}})
@@ -88,14 +84,12 @@ async def test_real_version_upgrade_rolls_blue_green_without_a_failed_request(
     print("real upgrade", older.version, "->", newer.version, report.summary())
     print("report", shard["status"]["lastRoll"]["durations"])
     assert newer.version in await served_version(stack, port)
-    assert not any(pid in real_kcp_processes(sandbox) for pid in old_pids)  # the old kcp exited
+    assert not any(pid in real_kcp_processes(stack) for pid in old_pids)  # the old kcp exited
     assert report.failed == 0, report.failures
     assert report.ok > 40
 
 
-async def test_real_single_shape_has_an_outage_and_comes_back(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_real_single_shape_has_an_outage_and_comes_back(stack: Stack) -> None:
     kcp = real_kcp(NEWER)
     port = await serving(stack, kcp, shape="Single")
     async with scenario.traffic(stack, port) as load:
@@ -113,9 +107,7 @@ async def test_real_single_shape_has_an_outage_and_comes_back(
     await check_rolled(stack, port, "a")
 
 
-async def test_real_kcp_refusing_its_flags_aborts_and_the_old_slot_serves(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_real_kcp_refusing_its_flags_aborts_and_the_old_slot_serves(stack: Stack) -> None:
     kcp = real_kcp(NEWER)
     port = await serving(stack, kcp)
     async with scenario.traffic(stack, port) as load:

@@ -29,7 +29,7 @@ KILL_AT = [Step.WAITING_READY.value, Step.HANDING_OVER_LEASE.value, Step.PROBING
 
 @pytest.mark.parametrize("step", KILL_AT)
 async def test_real_kcp_operator_killed_at_a_step_finishes_the_roll(
-    stack: Stack, bin_dir: Path, tmp_path: Path, step: str
+    stack: Stack, tmp_path: Path, step: str
 ) -> None:
     kcp = real_kcp(NEWER)
     async with stack.fault_proxy(tmp_path / "proxy") as proxy:

@@ -44,7 +44,7 @@ async def _kubectl_kcpshard(stack: Stack, *args: str) -> tuple[int, str]:
 
 
 async def test_an_aborted_upgrade_asks_for_a_reassert_and_one_command_runs_it(
-    stack: Stack, bin_dir: Path, tmp_path: Path
+    stack: Stack, bin_dir: Path
 ) -> None:
     good = make_kcp(bin_dir, "kcp-0321", version="v0.32.1", **scenario.FAST)
     never_ready = make_kcp(bin_dir, "kcp-0330", version="v0.33.0", never_ready=True, **scenario.FAST)

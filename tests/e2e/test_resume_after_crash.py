@@ -41,7 +41,6 @@ async def test_operator_killed_at_a_step_resumes_and_finishes_the_roll(
         first = stack.start_operator(*LEASE, kubeconfig=str(proxy.kubeconfig_path), log="operator-1.log")
         backup = step == Step.BACKING_UP.value
         port, _ = await scenario.serving_shard(stack, bin_dir)
-        sandbox = stack
         async with scenario.traffic(stack, port) as load:
             proxy.arm(status_step_is("root", step), lambda: os.killpg(first.popen.pid, signal.SIGKILL))
             spec = {"kcp": {"binary": make_kcp(bin_dir, "kcp-2", **FAST)}, "roll": {"backup": backup}}
@@ -62,7 +61,7 @@ async def test_operator_killed_at_a_step_resumes_and_finishes_the_roll(
     assert await scenario.flips_to(stack, "root", "b") == 1  # exactly one flip
     assert await scenario.slot_names(stack) == ["root-b"]
     assert len(await scenario.slot_jobs(stack)) == 1
-    assert len(scenario.kcp_processes(sandbox)) == 1
+    assert len(scenario.kcp_processes(stack)) == 1
     new_slot = await stack.api.get(KCPSLOTS, stack.namespace, "root-b")
     for condition in SLOT_STEPS:
         assert scenario.condition(new_slot, condition)["status"] == "True", (
@@ -80,9 +79,7 @@ async def test_operator_killed_at_a_step_resumes_and_finishes_the_roll(
     assert report.failed == 0, report.failures
 
 
-async def test_a_slot_the_roll_did_not_start_is_never_adopted(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_a_slot_the_roll_did_not_start_is_never_adopted(stack: Stack, bin_dir: Path) -> None:
     """A KcpSlot and Job for the target slot, of the target revision, already running when the roll
     starts (left over by someone else): the roll deletes it and starts its own."""
     from kcpshard.api.models import KcpShardSpec
@@ -92,7 +89,6 @@ async def test_a_slot_the_roll_did_not_start_is_never_adopted(
 
     stack.start_operator()
     port, _ = await scenario.serving_shard(stack, bin_dir)
-    sandbox = stack
     shard = await stack.shard("root")
     target = shard["spec"] | {"kcp": {**shard["spec"]["kcp"], "binary": make_kcp(bin_dir, "kcp-2", **FAST)}}
     spec = KcpShardSpec.model_validate(target)
@@ -103,7 +99,7 @@ async def test_a_slot_the_roll_did_not_start_is_never_adopted(
     await stack.api.create(JOBS, stack.namespace, job)
 
     async def stray_runs() -> list[int] | None:
-        pids = scenario.kcp_processes(sandbox)
+        pids = scenario.kcp_processes(stack)
         return pids if len(pids) == 2 else None
 
     pids = await scenario.wait_for("the stray slot's kcp", stray_runs, timeout=60)

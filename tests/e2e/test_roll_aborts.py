@@ -53,7 +53,7 @@ FAULTS = {
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 async def test_failure_before_the_flip_aborts_and_the_old_slot_keeps_serving(
-    stack: Stack, bin_dir: Path, tmp_path: Path, fault: str
+    stack: Stack, bin_dir: Path, fault: str
 ) -> None:
     knobs, command, reason, words = FAULTS[fault]
     good = make_kcp(bin_dir, "kcp-good", **FAST)
@@ -100,12 +100,9 @@ async def test_failure_before_the_flip_aborts_and_the_old_slot_keeps_serving(
     await scenario.wait_settled(stack)
 
 
-async def test_front_that_does_not_confirm_the_flip_restores_the_record(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_front_that_does_not_confirm_the_flip_restores_the_record(stack: Stack, bin_dir: Path) -> None:
     port, _ = await scenario.serving_shard(stack, bin_dir)
-    sandbox = stack
-    (agent,) = scenario.agent_pids(sandbox, "front")
+    (agent,) = scenario.agent_pids(stack, "front")
     async with scenario.traffic(stack, port) as load:
         os.kill(agent, signal.SIGSTOP)  # the front agent hangs; HAProxy keeps serving slot a
         try:

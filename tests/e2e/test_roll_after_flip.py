@@ -40,7 +40,7 @@ POST_FLIP = {
 
 @pytest.mark.parametrize("fault", sorted(POST_FLIP))
 async def test_failure_after_the_flip_stalls_and_never_flips_back(
-    stack: Stack, bin_dir: Path, tmp_path: Path, fault: str
+    stack: Stack, bin_dir: Path, fault: str
 ) -> None:
     knobs, roll, reason, words = POST_FLIP[fault]
     port, _ = await scenario.serving_shard(stack, bin_dir)
@@ -80,12 +80,11 @@ async def test_failure_after_the_flip_stalls_and_never_flips_back(
     assert shard["status"]["activeSlot"] == "a"
 
 
-async def test_old_slot_that_ignores_sigterm_is_killed(stack: Stack, bin_dir: Path, tmp_path: Path) -> None:
+async def test_old_slot_that_ignores_sigterm_is_killed(stack: Stack, bin_dir: Path) -> None:
     stubborn = make_kcp(bin_dir, "kcp-stubborn", ignore_sigterm=True, **FAST)
     port = await scenario.create_shard(stack, kcp={"version": "v0.32.1", "binary": stubborn})
     await scenario.wait_ready(stack)
-    sandbox = stack
-    (old_pid,) = scenario.kcp_processes(sandbox)
+    (old_pid,) = scenario.kcp_processes(stack)
     async with scenario.traffic(stack, port) as load:
         await stack.api.patch(
             KCPSHARDS,

@@ -54,9 +54,7 @@ async def _single_shard(stack: Stack, bin_dir: Path) -> tuple[int, dict[str, Any
     return port, await scenario.wait_ready(stack)
 
 
-async def test_single_shape_rolls_in_place_with_a_planned_outage(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_single_shape_rolls_in_place_with_a_planned_outage(stack: Stack, bin_dir: Path) -> None:
     port, first = await _single_shard(stack, bin_dir)
     assert first["status"]["activeSlot"] == "a"
     (old_job,) = await scenario.slot_jobs(stack)
@@ -94,7 +92,7 @@ async def test_single_shape_rolls_in_place_with_a_planned_outage(
 
 
 async def test_single_shape_new_revision_never_ready_restores_the_old_one(
-    stack: Stack, bin_dir: Path, tmp_path: Path
+    stack: Stack, bin_dir: Path
 ) -> None:
     port, first = await _single_shard(stack, bin_dir)
     original = first["status"]["activeRevision"]

@@ -32,7 +32,7 @@ def store_pid(endpoint: str) -> int:
 
 
 async def test_a_frozen_store_makes_the_shard_not_ready_until_it_answers_again(
-    stack: Stack, bin_dir: Path, tmp_path: Path
+    stack: Stack, bin_dir: Path
 ) -> None:
     await scenario.serving_shard(stack, bin_dir)
     etcd = store_pid(stack.info.etcd_endpoint)

@@ -32,7 +32,7 @@ async def _lease_holder(stack: Stack) -> str | None:
     return (lease.get("spec") or {}).get("holderIdentity")
 
 
-async def test_two_operators_only_the_lease_holder_acts(stack: Stack, bin_dir: Path, tmp_path: Path) -> None:
+async def test_two_operators_only_the_lease_holder_acts(stack: Stack, bin_dir: Path) -> None:
     lease = ("--shard-lease-seconds", "4")
     operators: list[Process] = [
         stack.start_operator(*lease, log="op1.log"),

@@ -21,9 +21,7 @@ from kcpshard_testkit.stack import Stack
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 
-async def test_an_unsafe_pair_stalls_then_rolls_in_the_single_shape(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_an_unsafe_pair_stalls_then_rolls_in_the_single_shape(stack: Stack, bin_dir: Path) -> None:
     binary = make_kcp(bin_dir, "kcp-1", **scenario.FAST)
     port = await scenario.create_shard(stack, kcp={"version": "v0.27.3", "binary": binary})
     await scenario.wait_ready(stack)

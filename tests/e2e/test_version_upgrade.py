@@ -120,7 +120,6 @@ async def _roll_beta(stack: Stack, binary: str, version: str | None = None, **ro
 async def test_non_root_shard_rolled_into_v033_drops_the_flag_and_the_stale_identity_cache(
     stack: Stack,
     bin_dir: Path,
-    tmp_path: Path,
 ) -> None:
     port = await _beta_on_v032(stack, bin_dir)
     old_command = await _job_command(stack, "beta")
@@ -159,7 +158,6 @@ async def test_non_root_shard_rolled_into_v033_drops_the_flag_and_the_stale_iden
 async def test_identity_cache_is_cleaned_by_the_next_roll_when_the_crossing_roll_failed_after_the_flip(
     stack: Stack,
     bin_dir: Path,
-    tmp_path: Path,
 ) -> None:
     port = await _beta_on_v032(stack, bin_dir)
     admin = await stack.shard_admin("beta")
@@ -199,9 +197,7 @@ async def _published_token(stack: Stack, other_than: str | None = None) -> dict[
     return await wait_for("the kcp-admin kubeconfig in Secret root-kcp-admin", published, timeout=30)
 
 
-async def test_kcp_admin_kubeconfig_is_published_and_follows_the_roll(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_kcp_admin_kubeconfig_is_published_and_follows_the_roll(stack: Stack, bin_dir: Path) -> None:
     port, _ = await scenario.serving_shard(stack, bin_dir)
     secret = await _published_token(stack)
     assert sorted(secret["data"]) == ["kubeconfig"]
@@ -236,9 +232,7 @@ async def test_kcp_admin_kubeconfig_is_published_and_follows_the_roll(
     assert stale.status_code == 401, stale.text
 
 
-async def test_a_non_root_shard_waits_for_its_root_then_rolls_by_itself(
-    stack: Stack, bin_dir: Path, tmp_path: Path
-) -> None:
+async def test_a_non_root_shard_waits_for_its_root_then_rolls_by_itself(stack: Stack, bin_dir: Path) -> None:
     """docs/design.md#root-shard-first: a non-root shard never runs a newer kcp than its root serves."""
     v033 = make_kcp(bin_dir, "kcp-0330", version="v0.33.0", **FAST)
     v032 = make_kcp(bin_dir, "kcp-root-0321", version="v0.32.1", **FAST)

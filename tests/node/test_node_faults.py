@@ -17,6 +17,7 @@ from kcpshard.api import annotations
 from kcpshard.k8s.api import KCPSHARDS
 from kcpshard_testkit import scenario
 from kcpshard_testkit.incluster import OPERATOR_NAMESPACE
+from kcpshard_testkit.podprocs import containerd_socket
 from kcpshard_testkit.stack import Stack, shard_manifest
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
@@ -153,7 +154,7 @@ def _kill_container(stack: Stack, pod: dict[str, Any], container: str) -> None:
     """SIGKILL to the main process of one container of `pod` (a `ctr` kill of its task), as an OOM kill or
     a crash would end it; the kubelet then starts it again."""
     [found] = [c for c in pod["status"]["containerStatuses"] if c["name"] == container]
-    socket = stack.directory / "env" / "node" / "containerd" / "containerd.sock"
+    socket = containerd_socket(stack)
     task = found["containerID"].removeprefix("containerd://")
     subprocess.run(
         ["ctr", "--address", str(socket), "-n", "k8s.io", "tasks", "kill", "--signal", "SIGKILL", task],
