@@ -7,8 +7,8 @@ of `make tools` (`hack/tools/bin`):
 - kube-apiserver on a free loopback port, serving a certificate of a CA made here (`pki.py`), users from
   client certificates of that CA (`--client-ca-file`: the CN is the user, O the groups), RBAC (and the
   Node authorizer), service account tokens signed with a key made here and issued by
-  `https://127.0.0.1:<port>/`; the ServiceAccount admission plugin is off as in envtest (pods get no
-  token volume: the workload runner gives each pod its identity itself, `runner/identity.py`);
+  `https://127.0.0.1:<port>/`; with a node (`for_node`) it serves on the `kubernetes` Service's address,
+  so pods reach it in-cluster with the token the ServiceAccount admission mounts;
 - kube-controller-manager with the controllers a workload needs (Job, Deployment, ReplicaSet, garbage
   collector, namespace, service accounts and their tokens, disruption budgets), each with its own
   service account (`--use-service-account-credentials`), as `system:kube-controller-manager`.
@@ -36,12 +36,12 @@ import httpx
 
 from kcpshard.k8s.api import ApiClient, ApiError
 from kcpshard_testkit import tools
-from kcpshard_testkit.apiserver.tls import write_kubeconfig
 from kcpshard_testkit.daemon import Daemon, DaemonError
 from kcpshard_testkit.etcd import EtcdServer
 from kcpshard_testkit.identity import SERVICEACCOUNTS
 from kcpshard_testkit.pki import CertificateAuthority, Issued, service_account_key, write_private
 from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.tls import write_kubeconfig
 
 log = logging.getLogger(__name__)
 
@@ -233,14 +233,8 @@ class ControlPlane:
         ]
 
     def _node_args(self) -> list[str]:
-        if not self.for_node:
-            # `kubectl logs` is proxied to the node's kubelet endpoint: the runner's, on its InternalIP. The
-            # runner gives each pod its identity itself (envtest's default: no ServiceAccount admission).
-            return [
-                "--kubelet-preferred-address-types=InternalIP",
-                "--disable-admission-plugins=ServiceAccount",
-                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            ]
+        if not self.for_node:  # the API alone: no kubelet to reach, no pod that runs
+            return [f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"]
         # The real kubelet: reached by its Hostname address (the node is named `localhost`: the kubelet
         # refuses a loopback node IP); the `kubernetes` Service is this server's own loopback address.
         return [

@@ -1,5 +1,5 @@
-"""FaultProxy: an HTTPS reverse proxy in front of the emulated API server that runs an action (e.g. SIGKILL
-of the operator) right after the API server committed a chosen write and before the client hears of it.
+"""FaultProxy: an HTTPS reverse proxy in front of the API server that runs an action (e.g. SIGKILL of the
+operator) right after the API server committed a chosen write and before the client hears of it.
 
 Crash-at-step tests need this because some roll steps last milliseconds: watching for a step and then
 killing is racy, while the proxy stands on the only path between the operator and the API server.
@@ -32,7 +32,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from kcpshard.k8s.credentials import load_credentials
-from kcpshard_testkit.apiserver import tls
+from kcpshard_testkit import tls
 
 log = logging.getLogger(__name__)
 

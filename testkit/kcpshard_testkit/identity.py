@@ -20,8 +20,8 @@ from typing import Any
 
 from kcpshard.k8s.api import ApiClient, ResourceRef
 from kcpshard.k8s.credentials import Credentials
-from kcpshard_testkit.apiserver.tls import write_kubeconfig
 from kcpshard_testkit.pki import write_private
+from kcpshard_testkit.tls import write_kubeconfig
 
 log = logging.getLogger(__name__)
 

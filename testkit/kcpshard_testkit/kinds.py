@@ -4,5 +4,5 @@ from __future__ import annotations
 
 from kcpshard.k8s.api import ResourceRef
 
-# Pods' volumes from ConfigMaps (the workload runner) and a plain kind for API client tests.
+# A plain kind for API client tests.
 CONFIGMAPS = ResourceRef("", "v1", "configmaps")

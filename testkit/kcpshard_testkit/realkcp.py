@@ -29,7 +29,7 @@ class RealKcp:
 
 
 def real_kcp(name: str) -> RealKcp:
-    """The real kcp `name` (absolute path, so the runner's pods run it as a node's binary would be)."""
+    """The real kcp `name` (an absolute path, as the node sees its binaries)."""
     path = TOOLS_BIN / name
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: run `make tools` (builds kcp from its Go modules)")

@@ -188,11 +188,8 @@ def exited(pid: int) -> bool:
 
 def processes(where: Stack | Path) -> dict[int, list[bytes]]:
     """Live processes of a stack's workloads, with their argv: on a real node those of its namespace's
-    pods (`podprocs.py`), else those whose command line names the runner's sandbox (or the folder)."""
-    if isinstance(where, Stack):
-        pids = pod_processes(where) if where.real_node else list(processes_under(where.workload_root))
-    else:
-        pids = list(processes_under(where))
+    pods (`podprocs.py`); for a folder, those whose command line names it (processes a test started)."""
+    pids = pod_processes(where) if isinstance(where, Stack) else list(processes_under(where))
     found = {pid: argv(pid) for pid in pids}
     return {pid: args for pid, args in found.items() if args}
 

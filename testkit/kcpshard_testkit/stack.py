@@ -1,10 +1,9 @@
-"""The whole local stack as real processes: the development environment and the operator.
+"""The whole local stack: the development environment (`kcpshard-dev up`) and the operator.
 
-Used by the end-to-end tests, `make demo` and the benchmarks. Each part is a
-separate process, as in a cluster: the operator talks HTTPS to the API server
-(the real control plane, or the emulated one with `KCPSHARD_API=emulated`) as its
-ServiceAccount, the runner starts the agents' pods as processes, the agents start
-kcp and HAProxy.
+Used by the end-to-end tests, `make demo` and the benchmarks. The control plane and the node are real
+(`devenv.py`); the operator runs on the node as deploy/base's Deployment, or as a process beside the
+cluster (`start_operator`) talking HTTPS to the API server as its ServiceAccount; either way its pods
+(slot and front agents, which start kcp and HAProxy) run in containers on the node.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
 from kcpshard.k8s.builders import STATE_ROOT
 from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
-from kcpshard_testkit.devenv import ApiKind, DevEnvInfo, dev_command
+from kcpshard_testkit.devenv import DevEnvInfo, dev_command
 from kcpshard_testkit.faultproxy import FaultProxy
 from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.waiting import wait_for
@@ -84,32 +83,19 @@ class Stack:
     api: ApiClient
     devenv: Process
     operator: Process | None = None
-    real_node: bool = False
-    agent_image: str | None = None  # on a real node: the image of the pods an operator process makes
+    agent_image: str | None = None  # the image of the pods an operator process makes
     namespace: str = "default"  # of the shards this stack's tests make (`in_namespace`)
 
     @property
     def workload_root(self) -> Path:
-        """What the command lines of this stack's workload processes name: the runner's sandbox, or on a
-        real node the namespace's folder of the node's state (the slots' hostPath)."""
-        if self.real_node:
-            return Path(STATE_ROOT) / self.namespace
-        return Path(self.info.sandbox)
-
-    def node_path(self, path: str) -> Path:
-        """A path of the node as this machine sees it: the path itself on a real node, else where the
-        runner maps it into its sandbox."""
-        if self.real_node:
-            return Path(path)
-        from kcpshard_testkit.runner.volumes import host_path  # the runner only when it is the node
-
-        return host_path(Path(self.info.sandbox), self.info.node, path)
+        """The namespace's folder of the node's state (the slots' hostPath)."""
+        return Path(STATE_ROOT) / self.namespace
 
     def pod_logs(self, pod: str) -> str:
         """What the containers of the pods whose name contains `pod` have logged, as the node keeps it
         (while the pod exists)."""
-        root = self.directory / "env" / "node" / "pod-logs" if self.real_node else Path(self.info.sandbox)
-        prefix = f"{self.namespace}_" if self.real_node else ""
+        root = self.directory / "env" / "node" / "pod-logs"
+        prefix = f"{self.namespace}_"
         return "\n".join(
             log.read_text(errors="replace")
             for log in sorted(root.rglob("*.log"))
@@ -136,13 +122,11 @@ class Stack:
         env: dict[str, str] | None = None,
     ) -> Process:
         """The operator as a subprocess (its own process group), as its ServiceAccount; `kubeconfig` e.g.
-        through a FaultProxy; `env` e.g. POD_NAME, as the Deployment sets it. Its pods run this
-        interpreter's agents on the runner, the stack's agent image on a real node."""
-        agents = (
-            ["--image", self.agent_image or ""]
-            if self.real_node
-            else ["--agent-command", " ".join(kcpshard_command())]
-        )
+        through a FaultProxy; `env` e.g. POD_NAME, as the Deployment sets it. Its pods run the stack's
+        agent image."""
+        if self.agent_image is None:
+            raise RuntimeError("this stack has no node: an operator here would make pods that never run")
+        agents = ["--image", self.agent_image]
         self.operator = start_process(
             "operator",
             [*kcpshard_command(), "operator", "--standalone", "--all-namespaces", *agents, *extra],
@@ -214,32 +198,27 @@ def shard_manifest(
     }
 
 
-def stack_api(default: ApiKind = "real") -> ApiKind:
-    """`KCPSHARD_API` (`real` or `emulated`), else `default`."""
-    value = os.environ.get("KCPSHARD_API") or default
-    if value not in ("real", "emulated"):
-        raise ValueError(f"KCPSHARD_API={value!r}: use real or emulated")
-    return "real" if value == "real" else "emulated"
-
-
 @contextlib.asynccontextmanager
 async def running_stack(
     directory: Path,
     *,
     operator: bool = True,
-    api: ApiKind | None = None,
     node: NodeImages | None = None,
 ) -> AsyncIterator[Stack]:
-    """The development environment and (optionally) the operator as subprocesses; all stopped on exit.
+    """The development environment as a subprocess; stopped on exit.
 
-    `api` defaults to `stack_api()`: the real control plane (it needs `make tools`), or the emulated API
-    server with `KCPSHARD_API=emulated`. With `node`, the pods run in containers on a real kubelet
-    (`node.py`) from those images, and the operator (`operator=True`) as deploy/base's Deployment there."""
+    With `node`, the pods run in containers on a real kubelet (`node.py`) from those images, and the
+    operator (`operator=True`) as deploy/base's Deployment there. Without, the control plane alone (no
+    operator: nothing would run its pods)."""
+    if node is None and operator:
+        raise ValueError("an operator needs a node: pass node= or operator=False")
     directory.mkdir(parents=True, exist_ok=True)
     env_dir = directory / "env"
-    argv = [*dev_command(), "up", "--dir", str(env_dir), "--api", api or stack_api()]
-    if node is not None:
-        argv += ["--node", "real", *(f"--image-tar={tar}" for tar in node.tars)]
+    argv = [*dev_command(), "up", "--dir", str(env_dir)]
+    if node is None:
+        argv.append("--no-node")
+    else:
+        argv += [f"--image-tar={tar}" for tar in node.tars]
         if operator:
             argv.append(f"--operator-image={node.operator}")
     devenv = start_process("devenv", argv, directory / "devenv.log")
@@ -261,11 +240,8 @@ async def running_stack(
             info,
             client,
             devenv,
-            real_node=node is not None,
             agent_image=node.operator if node is not None else None,
         )
-        if operator and node is None:
-            stack.start_operator()
         yield stack
     finally:
         if stack is not None and stack.operator is not None:

@@ -29,7 +29,7 @@ FAST = scenario.FAST
 
 def _backups(stack: Stack) -> Path:
     """Where the shard's backups go, on the node."""
-    return stack.node_path(f"{shard_state_dir(stack.namespace, 'root')}/backups")
+    return Path(f"{shard_state_dir(stack.namespace, 'root')}/backups")
 
 
 async def _roll_with_backup(stack: Stack, binary: str) -> None:
@@ -58,7 +58,7 @@ async def test_roll_with_backup_snapshots_the_store_first(stack: Stack, bin_dir:
     assert "backup" in last["durations"]
 
     # The snapshot on the node: where the shard's backups go, private, and a valid etcd snapshot.
-    snapshot = stack.node_path(backup["path"])
+    snapshot = Path(backup["path"])
     assert snapshot.parent == _backups(stack), snapshot
     assert snapshot.name.endswith(f"-{backup['job']}.db")
     assert snapshot.is_file()

@@ -1,7 +1,7 @@
 """An HAProxy process of the front SIGKILLed in the middle of a roll.
 
 The front runs two HAProxy containers on one port (SO_REUSEPORT): the other one takes every new
-connection while the kubelet (here the workload runner) starts the dead one again. A client started
+connection while the kubelet starts the dead one again. A client started
 after the kill sees no failure at all; the client that was running when it happened loses at most the
 requests in flight on the dead process's connections (printed). The roll goes on and succeeds, the
 shard's status counts the restart and the operator says so in a Warning Event.

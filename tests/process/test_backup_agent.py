@@ -1,5 +1,6 @@
 """Process tests of `kcpshard agent backup`: the real agent program and the real etcdctl against a real etcd
-(plain and TLS), reporting on a Job in the emulated API server built by `backup_job`."""
+(plain and TLS), reporting on a Job built by `backup_job` in the real API server (the session's control plane,
+each test in a namespace of its own)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ import signal
 import stat
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,11 @@ from kcpshard.agent.backup import INTERRUPTED
 from kcpshard.agent.snapshot_files import SNAPSHOT_NAME
 from kcpshard.api.models import BackupReport, KcpShardSpec
 from kcpshard.k8s import backup_job as bj
-from kcpshard.k8s.api import JOBS, KCPSHARDS, NAMESPACES, SECRETS, ApiClient, Conflict
-from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard.k8s.api import JOBS, KCPSHARDS, SECRETS, ApiClient, Conflict
 from kcpshard_testkit.etcd import EtcdServer, etcd_binary
 from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
-CRDS = Path(__file__).resolve().parents[2] / "crds"
-NS = "kcp"
 SHARD = "alpha"
 AGENT = (sys.executable, "-m", "kcpshard.cli")
 ETCDCTL = "/usr/bin/etcdctl"
@@ -49,15 +47,6 @@ def etcdctl(*args: str, tls: Sequence[str] = ()) -> subprocess.CompletedProcess[
     )
 
 
-def wait_until(what: str, probe: Any, seconds: float = 20.0) -> Any:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if value := probe():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def snapshots(directory: Path) -> list[Path]:
     return sorted(p for p in directory.iterdir() if SNAPSHOT_NAME.match(p.name)) if directory.exists() else []
 
@@ -65,21 +54,14 @@ def snapshots(directory: Path) -> list[Path]:
 # -- fixtures -------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
-    async with ApiClient.from_kubeconfig(apiserver.kubeconfig_path) as client:
-        with contextlib.suppress(Conflict):
-            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-            await client.create(NAMESPACES, None, body)
-        yield client
-
-
 @dataclass
 class Backup:
-    """One backup: the Job in the API server and the agent process its command line describes."""
+    """One backup: the Job in the API server (in the test's namespace) and the agent process its command line
+    describes."""
 
     api: ApiClient
     kubeconfig: Path
+    namespace: str
     workdir: Path
     procs: list[asyncio.subprocess.Process]
 
@@ -88,11 +70,15 @@ class Backup:
         return self.workdir / "backups"
 
     async def job(self, store: dict[str, Any], attempt: int = 0) -> dict[str, Any]:
-        """Create the KcpShard and its backup Job (as the operator would) and return the Job."""
+        """Create the KcpShard and its backup Job (as the operator would) and return the Job.
+
+        The control plane's Job controller sees it, but makes no pod: the Job's ServiceAccount (the
+        operator's to make) is not there, so its pods are refused (and no kubelet would run one). The agent
+        started by the test is the Job's only worker."""
         shard_body = {
             "apiVersion": "kcpshard.dev/v1alpha1",
             "kind": "KcpShard",
-            "metadata": {"name": SHARD, "namespace": NS},
+            "metadata": {"name": SHARD, "namespace": self.namespace},
             "spec": {
                 "kcp": {"version": "v0.32.1"},
                 "node": "local",
@@ -102,12 +88,12 @@ class Backup:
             },
         }
         try:
-            shard = await self.api.create(KCPSHARDS, NS, shard_body)
+            shard = await self.api.create(KCPSHARDS, self.namespace, shard_body)
         except Conflict:
-            shard = await self.api.get(KCPSHARDS, NS, SHARD)
+            shard = await self.api.get(KCPSHARDS, self.namespace, SHARD)
         spec = KcpShardSpec.model_validate(shard["spec"])
         job = bj.backup_job(shard, spec, revision="0123456789abcdef", attempt=attempt, agent_command=AGENT)
-        return await self.api.create(JOBS, NS, job)
+        return await self.api.create(JOBS, self.namespace, job)
 
     def command(self, job: dict[str, Any], **overrides: str) -> list[str]:
         """The Job's own command, with the node's backup dir moved into the test's folder."""
@@ -142,11 +128,11 @@ class Backup:
         return proc
 
     async def annotations(self, job: dict[str, Any]) -> dict[str, str]:
-        fresh = await self.api.get(JOBS, NS, job["metadata"]["name"])
+        fresh = await self.api.get(JOBS, self.namespace, job["metadata"]["name"])
         return dict(fresh["metadata"].get("annotations") or {})
 
     async def result(self, job: dict[str, Any]) -> BackupReport | str | None:
-        return bj.backup_result(await self.api.get(JOBS, NS, job["metadata"]["name"]))
+        return bj.backup_result(await self.api.get(JOBS, self.namespace, job["metadata"]["name"]))
 
 
 @dataclass
@@ -157,8 +143,8 @@ class Result:
 
 
 @pytest.fixture
-async def backup(tmp_path: Path, apiserver: EmulatedApiServer, api: ApiClient) -> AsyncIterator[Backup]:
-    b = Backup(api, Path(apiserver.kubeconfig_path), tmp_path, [])
+async def backup(tmp_path: Path, kubeconfig: Path, namespace: str, api: ApiClient) -> AsyncIterator[Backup]:
+    b = Backup(api, kubeconfig, namespace, tmp_path, [])
     yield b
     for proc in b.procs:
         if proc.returncode is None:
@@ -333,7 +319,9 @@ async def test_stop_signal_kills_etcdctl_and_reports(backup: Backup) -> None:
     try:
         job = await backup.job(etcd_store(url))
         proc = await backup.start(backup.command(job, **{"--connect-timeout": "60"}))
-        await asyncio.to_thread(wait_until, "etcdctl to run", lambda: etcdctl_pids(f"127.0.0.1:{port}"))
+        await wait_for(
+            "etcdctl to run", lambda: asyncio.to_thread(etcdctl_pids, f"127.0.0.1:{port}"), timeout=20
+        )
 
         proc.send_signal(signal.SIGTERM)
         _, err = await asyncio.wait_for(proc.communicate(), 30)
@@ -407,7 +395,7 @@ class TlsEtcd:
 
 
 @pytest.fixture
-def tls_etcd(tmp_path: Path) -> Iterator[TlsEtcd]:
+async def tls_etcd(tmp_path: Path) -> AsyncIterator[TlsEtcd]:
     """etcd serving clients over TLS and requiring a client certificate."""
     pki_dir = tmp_path / "pki"
     pki_dir.mkdir(mode=0o700)
@@ -441,14 +429,14 @@ def tls_etcd(tmp_path: Path) -> Iterator[TlsEtcd]:
         proc = subprocess.Popen(
             args, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True
         )
+
+    async def serving() -> bool:
+        assert proc.poll() is None, (tmp_path / "tls-etcd.log").read_text(errors="replace")
+        health = await asyncio.to_thread(etcdctl, f"--endpoints={endpoint}", "endpoint", "health", tls=flags)
+        return health.returncode == 0
+
     try:
-        wait_until(
-            "TLS etcd to serve",
-            lambda: (
-                proc.poll() is None
-                and etcdctl(f"--endpoints={endpoint}", "endpoint", "health", tls=flags).returncode == 0
-            ),
-        )
+        await wait_for("TLS etcd to serve", serving, timeout=20, interval=0.05)
         yield TlsEtcd(endpoint, pki, flags)
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -461,7 +449,7 @@ async def test_tls_material_comes_from_the_secret_and_is_not_left_behind(
 ) -> None:
     data = {name: base64.b64encode(value).decode() for name, value in tls_etcd.pki.items()}
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "etcd-client"}, "data": data}
-    await backup.api.create(SECRETS, NS, secret)
+    await backup.api.create(SECRETS, backup.namespace, secret)
     assert (
         etcdctl(f"--endpoints={tls_etcd.endpoint}", "put", "/tls-key", "v", tls=tls_etcd.flags).returncode
         == 0
@@ -488,4 +476,4 @@ async def test_tls_endpoint_without_the_secret_fails_clearly(tls_etcd: TlsEtcd, 
     result = await backup.run(backup.command(job))
 
     assert result.returncode == 1
-    assert await backup.result(job) == f"TLS Secret {NS}/missing not found"
+    assert await backup.result(job) == f"TLS Secret {backup.namespace}/missing not found"

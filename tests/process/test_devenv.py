@@ -107,31 +107,29 @@ async def test_a_kopf_operator_sees_kcpshards_come_change_and_go(tmp_path: Path)
             assert kopf.stop() == 0
 
 
-@pytest.mark.parametrize("api", ["emulated", "real"])
-async def test_dev_up_and_down(tmp_path: Path, api: str) -> None:
+async def test_dev_up_and_down_without_a_node(tmp_path: Path) -> None:
+    """`--no-node`: the control plane alone (with a node: tests/node/test_real_node.py)."""
     env_dir = tmp_path / "env"
     up = start_process(
-        "devenv", [*dev_command(), "up", "--dir", str(env_dir), "--api", api], tmp_path / "up.log"
+        "devenv", [*dev_command(), "up", "--dir", str(env_dir), "--no-node"], tmp_path / "up.log"
     )
     try:
         await wait_for("env.json", lambda: asyncio.sleep(0, (env_dir / "env.json").exists()), timeout=120)
         info = DevEnvInfo.load(env_dir)
-        print(f"{api} environment up in {info.start_seconds:.1f} s")
-        assert info.api == api
+        print(f"control plane up in {info.start_seconds:.1f} s")
+        assert info.node == ""
         for secret in (info.kubeconfig, info.operator_kubeconfig):
             assert Path(secret).stat().st_mode & 0o777 == 0o600
         namespaces = _kubectl(info.kubeconfig, "get", "ns", "-o", "name")
         assert "namespace/default" in namespaces.stdout
-        if api == "real":
-            nodes = _kubectl(info.kubeconfig, "get", "nodes", "--no-headers").stdout.split()
-            assert nodes[:2] == ["local-node", "Ready"]
-            who = _kubectl(
-                info.operator_kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
-            )
-            assert who.stdout == "system:serviceaccount:kcpshard-system:kcpshard-operator"
-            # the operator is bound by deploy/'s RBAC, not an admin
-            assert _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "jobs", "-n", "default").ok
-            assert not _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "namespaces").ok
+        assert _kubectl(info.kubeconfig, "get", "nodes", "-o", "name").stdout == ""
+        who = _kubectl(
+            info.operator_kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"
+        )
+        assert who.stdout == "system:serviceaccount:kcpshard-system:kcpshard-operator"
+        # the operator is bound by deploy/'s RBAC, not an admin
+        assert _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "jobs", "-n", "default").ok
+        assert not _kubectl(info.operator_kubeconfig, "auth", "can-i", "create", "namespaces").ok
         down = subprocess.run(
             [*dev_command(), "down", "--dir", str(env_dir)],
             capture_output=True,
@@ -152,7 +150,7 @@ async def test_dev_up_killed_leaves_no_process(tmp_path: Path) -> None:
     env_dir = tmp_path / "env"
     up = start_process(
         "devenv",
-        [*dev_command(), "up", "--dir", str(env_dir), "--api", "real"],
+        [*dev_command(), "up", "--dir", str(env_dir), "--no-node"],
         tmp_path / "up.log",
     )
     try:

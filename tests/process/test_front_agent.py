@@ -1,5 +1,6 @@
-"""The front agent with a real HAProxy: as a subprocess (`python -m kcpshard.agent.front`) against the
-emulated API server, and in-process against a stub of the API for the corner cases.
+"""The front agent with a real HAProxy against the real API server, each test's shard in the test's
+namespace: as a subprocess (`python -m kcpshard.agent.front`), and in-process for the corner cases (where
+a test reads the agent's own patches and log, or replaces one of its functions).
 
 The tests play the operator: they write `status.front.desiredBackend`/`desiredPort`/`drain` and check that
 the agent reports what it applied and that traffic through the front reaches the right echo server.
@@ -19,19 +20,20 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from kcpshard.agent import front_pair
 from kcpshard.agent.front import FrontAgent
 from kcpshard.agent.haproxy import runtime_socket_path
-from kcpshard.k8s.api import KCPSHARDS, ApiClient, ResourceRef
+from kcpshard.k8s.api import KCPSHARDS, PODS, SERVICEACCOUNTS, ApiClient, ResourceRef
+from kcpshard.k8s.builders import LABEL_COMPONENT, LABEL_SHARD
+from kcpshard.k8s.credentials import Credentials, load_credentials
 from kcpshard_testkit import scenario
-from kcpshard_testkit.apiserver import EmulatedApiServer
 from kcpshard_testkit.tcp import Client, Echo, eventually, free_port
+from kcpshard_testkit.waiting import wait_for
 
-NAMESPACE = "default"
 SHARD = "alpha"
 HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin") or ""
 
@@ -61,7 +63,9 @@ async def front_port() -> int:
     return free_port()
 
 
-def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path, extra: tuple[str, ...] = ()) -> Agent:
+def spawn_agent(
+    kubeconfig: Path, namespace: str, state_dir: Path, log_path: Path, extra: tuple[str, ...] = ()
+) -> Agent:
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
             [
@@ -69,7 +73,7 @@ def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path, extra: tuple[
                 "-m",
                 "kcpshard.agent.front",
                 "--namespace",
-                NAMESPACE,
+                namespace,
                 "--shard",
                 SHARD,
                 "--state-dir",
@@ -91,21 +95,21 @@ def spawn_agent(kubeconfig: Path, state_dir: Path, log_path: Path, extra: tuple[
 
 @pytest.fixture
 async def agent(
-    apiserver: EmulatedApiServer, api: ApiClient, tmp_path: Path, front_port: int
+    kubeconfig: Path, namespace: str, api: ApiClient, tmp_path: Path, front_port: int
 ) -> AsyncIterator[Agent]:
-    await api.create(KCPSHARDS, NAMESPACE, shard_body(front_port))
-    running = spawn_agent(Path(apiserver.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
+    await api.create(KCPSHARDS, namespace, shard_body(namespace, front_port))
+    running = spawn_agent(kubeconfig, namespace, tmp_path / "front", tmp_path / "agent.log")
     try:
         yield running
     finally:
         running.kill_group()
 
 
-def shard_body(port: int) -> dict[str, Any]:
+def shard_body(namespace: str, port: int) -> dict[str, Any]:
     return {
         "apiVersion": "kcpshard.dev/v1alpha1",
         "kind": "KcpShard",
-        "metadata": {"name": SHARD, "namespace": NAMESPACE},
+        "metadata": {"name": SHARD, "namespace": namespace},
         "spec": {
             "kcp": {"version": "v0.32.1"},
             "node": "local",
@@ -116,13 +120,15 @@ def shard_body(port: int) -> dict[str, Any]:
 
 
 async def front_status(api: ApiClient) -> dict[str, Any]:
-    obj = await api.get(KCPSHARDS, NAMESPACE, SHARD)
+    """The shard's status.front, read in `api`'s namespace (the test's: see the `api` fixture)."""
+    obj = await api.get(KCPSHARDS, api.default_namespace, SHARD)
     return dict((obj.get("status") or {}).get("front") or {})
 
 
 async def operator_writes(api: ApiClient, front: dict[str, Any], **status: Any) -> None:
     """What the operator does: a merge patch on /status with its own keys."""
-    await api.patch(KCPSHARDS, NAMESPACE, SHARD, {"status": {"front": front, **status}}, subresource="status")
+    body = {"status": {"front": front, **status}}
+    await api.patch(KCPSHARDS, api.default_namespace, SHARD, body, subresource="status")
 
 
 async def answer(port: int, text: str) -> str:
@@ -152,7 +158,7 @@ async def test_front_agent_follows_desired_backend_and_drains(
     await eventually(observed_a)
     front = await front_status(api)
     assert front["desiredBackend"] == "a" and front["observedAt"]  # the operator's key survived
-    assert (await api.get(KCPSHARDS, NAMESPACE, SHARD))["status"]["activeSlot"] == "a"
+    assert (await api.get(KCPSHARDS, api.default_namespace, SHARD))["status"]["activeSlot"] == "a"
 
     on_a = await Client.connect(front_port)
     assert await on_a.ask("one") == "a:one"
@@ -230,7 +236,7 @@ async def test_front_agent_restarts_a_dead_haproxy_and_stops_on_sigterm(
 
 
 async def test_front_agent_reports_a_taken_port_and_serves_once_it_is_free(
-    apiserver: EmulatedApiServer, api: ApiClient, tmp_path: Path, echoes: tuple[Echo, Echo]
+    kubeconfig: Path, namespace: str, api: ApiClient, tmp_path: Path, echoes: tuple[Echo, Echo]
 ) -> None:
     a, _ = echoes
     taken = socket.socket()
@@ -238,8 +244,8 @@ async def test_front_agent_reports_a_taken_port_and_serves_once_it_is_free(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = int(taken.getsockname()[1])
-        await api.create(KCPSHARDS, NAMESPACE, shard_body(port))
-        agent = spawn_agent(Path(apiserver.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log")
+        await api.create(KCPSHARDS, namespace, shard_body(namespace, port))
+        agent = spawn_agent(kubeconfig, namespace, tmp_path / "front", tmp_path / "agent.log")
         try:
 
             async def error_reported() -> bool:
@@ -289,47 +295,15 @@ async def _runtime(socket_path: Path, cmd: str) -> str:
     return data.decode()
 
 
-# -- in-process, against a stub of the API ----------------------------------------------------------------
+# -- in-process ------------------------------------------------------------------------------------------
 
 
-def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    """RFC 7386, as the API server applies ``application/merge-patch+json``."""
-    for key, value in patch.items():
-        if value is None:
-            target.pop(key, None)
-        elif isinstance(value, dict) and isinstance(target.get(key), dict):
-            merge_patch(target[key], value)
-        else:
-            target[key] = copy.deepcopy(value)
+class RecordingApi(ApiClient):
+    """The agent's client of the real API server: it keeps every patch the agent sends, as sent."""
 
-
-class StubApi:
-    """The few ApiClient calls the agent makes, on one in-memory KcpShard; records the agent's patches."""
-
-    def __init__(self, obj: dict[str, Any]) -> None:
-        self.obj = obj
-        self.obj["metadata"]["resourceVersion"] = "1"
-        self.obj["status"] = {}
-        self.pods: list[str] = []
-        self.patches: list[dict[str, Any]] = []
-        self._watchers: list[asyncio.Queue[dict[str, Any]]] = []
-        self.agent: FrontAgent | None = None
-
-    def _changed(self) -> None:
-        meta = self.obj["metadata"]
-        meta["resourceVersion"] = str(int(meta["resourceVersion"]) + 1)
-        for queue in self._watchers:
-            queue.put_nowait({"type": "MODIFIED", "object": copy.deepcopy(self.obj)})
-
-    def operator_writes(self, front: dict[str, Any]) -> None:
-        merge_patch(self.obj, {"status": {"front": front}})
-        self._changed()
-
-    def front(self) -> dict[str, Any]:
-        return dict((self.obj.get("status") or {}).get("front") or {})
-
-    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.obj)
+    def __init__(self, credentials: Credentials) -> None:
+        super().__init__(credentials)
+        self.patches: list[tuple[ResourceRef, str, str | None, dict[str, Any]]] = []
 
     async def patch(
         self,
@@ -338,25 +312,27 @@ class StubApi:
         name: str,
         patch: Any,
         *,
-        kind: str = "merge",
-        **kw: Any,
+        kind: Literal["merge", "json", "strategic"] = "merge",
+        subresource: str | None = None,
     ) -> dict[str, Any]:
-        assert kind == "merge" and kw.get("subresource") == "status"
-        self.patches.append(copy.deepcopy(patch))
-        merge_patch(self.obj, patch)
-        self._changed()
-        return copy.deepcopy(self.obj)
+        self.patches.append((ref, kind, subresource, copy.deepcopy(patch)))
+        return await super().patch(ref, namespace, name, patch, kind=kind, subresource=subresource)
 
-    async def list(self, ref: ResourceRef, namespace: str | None, **kw: Any) -> dict[str, Any]:
-        """The front's pods: none but those a test names."""
-        return {"items": [{"metadata": {"name": n}, "status": {"phase": "Running"}} for n in self.pods]}
+    def front_patches(self) -> list[dict[str, Any]]:
+        """The status.front of each patch, checking that each is a merge patch of the shard's /status."""
+        fronts = []
+        for ref, kind, subresource, patch in self.patches:
+            assert (ref, kind, subresource) == (KCPSHARDS, "merge", "status"), (ref, kind, subresource)
+            assert set(patch) == {"status"} and set(patch["status"]) == {"front"}, patch
+            fronts.append(dict(patch["status"]["front"]))
+        return fronts
 
-    async def watch_forever(self, ref: ResourceRef, namespace: str | None, **kw: Any) -> AsyncIterator[Any]:
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._watchers.append(queue)
-        yield {"type": "ADDED", "object": copy.deepcopy(self.obj)}
-        while True:
-            yield await queue.get()
+
+@pytest.fixture
+async def agent_api(kubeconfig: Path) -> AsyncIterator[RecordingApi]:
+    client = RecordingApi(load_credentials(kubeconfig))
+    yield client
+    await client.aclose()
 
 
 async def holds(value: bool) -> bool:
@@ -364,18 +340,17 @@ async def holds(value: bool) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def running_agent(stub: StubApi, state_dir: Path, **kw: Any) -> AsyncIterator[FrontAgent]:
-    """The agent in this process against ``stub``; stopped (and its HAProxy with it) on exit."""
+async def running_agent(api: RecordingApi, state_dir: Path, **kw: Any) -> AsyncIterator[FrontAgent]:
+    """The agent in this process; stopped (and its HAProxy with it) on exit."""
     agent = FrontAgent(
-        stub,  # type: ignore[arg-type]
-        NAMESPACE,
+        api,
+        api.default_namespace,
         SHARD,
         state_dir,
         binary=HAPROXY,
         report_interval=0.05,
         **kw,
     )
-    stub.agent = agent
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
     try:
@@ -385,71 +360,87 @@ async def running_agent(stub: StubApi, state_dir: Path, **kw: Any) -> AsyncItera
         assert await asyncio.wait_for(task, 15) == 0
 
 
+async def front_reports(api: ApiClient, **expected: Any) -> bool:
+    front = await front_status(api)
+    return all(front.get(key) == value for key, value in expected.items())
+
+
 @pytest.fixture
-async def stub_front(tmp_path: Path, front_port: int) -> AsyncIterator[StubApi]:
-    stub = StubApi(shard_body(front_port))
-    async with running_agent(stub, tmp_path / "front"):
-        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
-        yield stub
+async def in_process(
+    api: ApiClient, agent_api: RecordingApi, namespace: str, tmp_path: Path, front_port: int
+) -> AsyncIterator[FrontAgent]:
+    await api.create(KCPSHARDS, namespace, shard_body(namespace, front_port))
+    async with running_agent(agent_api, tmp_path / "front") as agent:
+        await eventually(lambda: front_reports(api, connections={"a": 0, "b": 0}))
+        yield agent
 
 
 async def test_agent_patches_only_its_own_keys(
-    stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int
+    api: ApiClient,
+    agent_api: RecordingApi,
+    in_process: FrontAgent,
+    echoes: tuple[Echo, Echo],
+    front_port: int,
 ) -> None:
     a, _ = echoes
-    stub_front.obj["status"]["activeSlot"] = "a"
-    stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
-    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
+    await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port}, activeSlot="a")
+    await eventually(lambda: front_reports(api, observedBackend="a"))
     assert await answer(front_port, "hi") == "a:hi"
     allowed = {"observedBackend", "observedPort", "observedAt", "connections"}
-    for patch in stub_front.patches:
-        assert set(patch) == {"status"} and set(patch["status"]) == {"front"}
-        assert set(patch["status"]["front"]) <= allowed
-        assert not any(isinstance(v, list) for v in patch["status"]["front"].values())
-    assert stub_front.front()["observedPort"] == a.port
-    assert stub_front.front()["desiredBackend"] == "a"
-    assert stub_front.obj["status"]["activeSlot"] == "a"
+    patches = agent_api.front_patches()
+    assert patches
+    for front in patches:
+        assert set(front) <= allowed
+        assert not any(isinstance(v, list) for v in front.values())
+    front = await front_status(api)
+    assert front["observedPort"] == a.port
+    assert front["desiredBackend"] == "a"
+    assert (await api.get(KCPSHARDS, api.default_namespace, SHARD))["status"]["activeSlot"] == "a"
 
 
 async def test_agent_drains_the_old_slot_but_never_the_desired_one(
-    stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int, caplog: pytest.LogCaptureFixture
+    api: ApiClient,
+    in_process: FrontAgent,
+    echoes: tuple[Echo, Echo],
+    front_port: int,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     a, b = echoes
     caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
-    stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
-    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
+    await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
+    await eventually(lambda: front_reports(api, observedBackend="a"))
     on_a = await Client.connect(front_port)
     assert await on_a.ask("1") == "a:1"
-    stub_front.operator_writes({"desiredBackend": "b", "desiredPort": b.port})
-    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "b"))
+    await operator_writes(api, {"desiredBackend": "b", "desiredPort": b.port})
+    await eventually(lambda: front_reports(api, observedBackend="b"))
     on_b = await Client.connect(front_port)
     assert await on_b.ask("2") == "b:2"
-    await eventually(lambda: holds(stub_front.front().get("connections") == {"a": 1, "b": 1}))
+    await eventually(lambda: front_reports(api, connections={"a": 1, "b": 1}))
 
-    stub_front.operator_writes({"drain": "b"})  # the desired backend: refused
+    await operator_writes(api, {"drain": "b"})  # the desired backend: refused
     await eventually(lambda: holds("not draining slot b" in caplog.text))
     assert await on_b.ask("3") == "b:3"
 
-    stub_front.operator_writes({"drain": "a"})
+    await operator_writes(api, {"drain": "a"})
     assert await on_a.closed_by_peer()
-    await eventually(lambda: holds(stub_front.front().get("connections") == {"a": 0, "b": 1}))
+    await eventually(lambda: front_reports(api, connections={"a": 0, "b": 1}))
     assert await on_b.ask("4") == "b:4"
     on_b.close()
 
 
 async def test_agent_ignores_a_desired_backend_that_is_not_a_slot(
-    stub_front: StubApi, caplog: pytest.LogCaptureFixture
+    api: ApiClient, in_process: FrontAgent, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
-    stub_front.operator_writes({"desiredBackend": "c", "desiredPort": 1234})
+    await operator_writes(api, {"desiredBackend": "c", "desiredPort": 1234})
     await eventually(lambda: holds("ignoring desiredBackend='c'" in caplog.text))
-    assert "observedBackend" not in stub_front.front()
+    assert "observedBackend" not in await front_status(api)
 
 
 async def test_agent_reports_observed_at_as_soon_as_haproxy_listens(
-    stub_front: StubApi, front_port: int
+    api: ApiClient, in_process: FrontAgent, front_port: int
 ) -> None:
-    front = stub_front.front()
+    front = await front_status(api)
     assert front["observedAt"]  # no backend yet: the operator still sees a listening front
     assert "observedBackend" not in front and "error" not in front
     client = await Client.connect(front_port)  # accepted: HAProxy listens
@@ -457,47 +448,65 @@ async def test_agent_reports_observed_at_as_soon_as_haproxy_listens(
 
 
 async def test_agent_reports_a_killed_haproxy_restarts_it_and_clears_the_error(
-    tmp_path: Path, echoes: tuple[Echo, Echo], front_port: int
+    api: ApiClient,
+    agent_api: RecordingApi,
+    namespace: str,
+    tmp_path: Path,
+    echoes: tuple[Echo, Echo],
+    front_port: int,
 ) -> None:
     """One HAProxy process (pair=1): its death leaves nothing listening, and the front says so."""
     a, _ = echoes
-    stub = StubApi(shard_body(front_port))
-    async with running_agent(stub, tmp_path / "front", pair=1) as agent:
-        stub.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
-        await eventually(lambda: holds(stub.front().get("observedBackend") == "a"))
+    await api.create(KCPSHARDS, namespace, shard_body(namespace, front_port))
+    async with running_agent(agent_api, tmp_path / "front", pair=1) as agent:
+        await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
+        await eventually(lambda: front_reports(api, observedBackend="a"))
         pid = agent.members[0].pid
-        seen = len(stub.patches)
+        seen = len(agent_api.patches)
         os.kill(pid or 0, signal.SIGKILL)
 
         async def serves_a() -> bool:
             return await answer(front_port, "again") == "a:again"
 
         await eventually(serves_a)  # the desired backend is applied to the new HAProxy without any new write
-        await eventually(lambda: holds("error" not in stub.front() and stub.front().get("restarts") == 1))
+
+        async def recovered() -> bool:
+            front = await front_status(api)
+            return "error" not in front and front.get("restarts") == 1
+
+        await eventually(recovered)
         assert agent.members[0].pid != pid
-    errors = [p["status"]["front"]["error"] for p in stub.patches[seen:] if "error" in p["status"]["front"]]
+    errors = [front["error"] for front in agent_api.front_patches()[seen:] if "error" in front]
     assert errors == ["haproxy exited with signal SIGKILL; restarting it", None]
 
 
 async def test_one_of_the_pair_killed_is_no_error_and_counts_a_restart(
-    stub_front: StubApi, echoes: tuple[Echo, Echo], front_port: int
+    api: ApiClient,
+    agent_api: RecordingApi,
+    in_process: FrontAgent,
+    echoes: tuple[Echo, Echo],
+    front_port: int,
 ) -> None:
     a, _ = echoes
-    stub_front.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
-    await eventually(lambda: holds(stub_front.front().get("observedBackend") == "a"))
-    assert stub_front.agent is not None
-    pids = [m.pid for m in stub_front.agent.members]
+    await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
+    await eventually(lambda: front_reports(api, observedBackend="a"))
+    pids = [m.pid for m in in_process.members]
     assert None not in pids and len(set(pids)) == 2
     os.kill(pids[1] or 0, signal.SIGKILL)
-    await eventually(lambda: holds(stub_front.front().get("restarts") == 1))
-    assert stub_front.front()["lastRestart"].startswith("haproxy-1 exited with signal SIGKILL")
-    assert stub_front.agent.members[1].pid not in pids
+    await eventually(lambda: front_reports(api, restarts=1))
+    assert (await front_status(api))["lastRestart"].startswith("haproxy-1 exited with signal SIGKILL")
+    assert in_process.members[1].pid not in pids
     assert await answer(front_port, "still") == "a:still"
-    assert not any("error" in p["status"]["front"] for p in stub_front.patches)
+    assert not any("error" in front for front in agent_api.front_patches())
 
 
 async def test_agent_retries_a_taken_port_with_backoff_and_logs_it_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    api: ApiClient,
+    agent_api: RecordingApi,
+    namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="kcpshard.agent.front")
     attempts: list[int] = []
@@ -513,57 +522,98 @@ async def test_agent_retries_a_taken_port_with_backoff_and_logs_it_once(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = int(taken.getsockname()[1])
-        stub = StubApi(shard_body(port))
-        async with running_agent(stub, tmp_path / "front", start_backoff=(0.02, 0.05)):
-            await eventually(lambda: holds(len(attempts) >= 4))
-            assert stub.front()["error"].startswith(
+        await api.create(KCPSHARDS, namespace, shard_body(namespace, port))
+        async with running_agent(agent_api, tmp_path / "front", start_backoff=(0.02, 0.05)):
+
+            async def error_reported_and_retried() -> bool:
+                return len(attempts) >= 4 and "error" in await front_status(api)
+
+            await eventually(error_reported_and_retried)
+            assert (await front_status(api))["error"].startswith(
                 f"cannot listen on 127.0.0.1:{port}: the address is already"
             )
             assert caplog.text.count("cannot serve") == 1  # retried several times, logged once
-            error_patches = [p for p in stub.patches if "error" in p["status"]["front"]]
+            error_patches = [front for front in agent_api.front_patches() if "error" in front]
             assert len(error_patches) == 1  # an unchanged error is not written again
 
             taken.close()
-            await eventually(lambda: holds("error" not in stub.front() and "observedAt" in stub.front()))
+
+            async def serves() -> bool:
+                front = await front_status(api)
+                return "error" not in front and "observedAt" in front
+
+            await eventually(serves)
             assert "serves again" in caplog.text
     finally:
         taken.close()
 
 
+async def front_pod(api: ApiClient, name: str) -> None:
+    """A pod of the shard's front, as the operator's Deployment makes it, Running as a kubelet reports
+    (no kubelet runs here: the test writes its status)."""
+    namespace = api.default_namespace
+
+    async def default_account() -> bool:  # the ServiceAccount admission refuses a pod until it exists
+        return bool(await api.get(SERVICEACCOUNTS, namespace, "default"))
+
+    await wait_for("the default ServiceAccount", default_account, timeout=30)
+    labels = {LABEL_SHARD: SHARD, LABEL_COMPONENT: "front"}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {"containers": [{"name": "agent", "image": "kcpshard:test"}]},
+    }
+    await api.create(PODS, namespace, body)
+    await api.patch(PODS, namespace, name, {"status": {"phase": "Running"}}, subresource="status")
+
+
 async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
-    tmp_path: Path, front_port: int
+    api: ApiClient, agent_api: RecordingApi, namespace: str, tmp_path: Path, front_port: int
 ) -> None:
-    stub = StubApi(shard_body(front_port))
+    await api.create(KCPSHARDS, namespace, shard_body(namespace, front_port))
     first, second = "alpha-front-x1", "alpha-front-x2"
-    stub.pods = [first]
-    async with running_agent(stub, tmp_path / "front" / first, pod=first):
-        await eventually(lambda: holds(stub.front().get("connections") == {"a": 0, "b": 0}))
-    assert "restarts" not in stub.front()  # a first start is no restart
+    await front_pod(api, first)
+    async with running_agent(agent_api, tmp_path / "front" / first, pod=first):
+        await eventually(lambda: front_reports(api, connections={"a": 0, "b": 0}))
+    assert "restarts" not in await front_status(api)  # a first start is no restart
     # A container killed while ready leaves its file: the next one starts not ready.
     (tmp_path / "front" / first / "serving").touch()
-    FrontAgent(stub, NAMESPACE, SHARD, tmp_path / "front" / first)  # type: ignore[arg-type]
+    FrontAgent(agent_api, namespace, SHARD, tmp_path / "front" / first)
     assert not (tmp_path / "front" / first / "serving").exists()
-    async with running_agent(stub, tmp_path / "front" / first, pod=first):
-        await eventually(lambda: holds(stub.front().get("restarts") == 1))
-    last = stub.front()["lastRestart"]
+    async with running_agent(agent_api, tmp_path / "front" / first, pod=first):
+        await eventually(lambda: front_reports(api, restarts=1))
+    last = (await front_status(api))["lastRestart"]
     assert last.startswith(f"front agent in pod {first} exited and was started again"), last
     # Another pod (a new state dir) starts afresh, and forgets the state of a pod that is gone.
-    stub.pods = [second]
-    async with running_agent(stub, tmp_path / "front" / second, pod=second) as agent:
+    await api.delete(PODS, namespace, first)  # never scheduled: gone at once
+
+    async def first_gone() -> bool:
+        listed = await api.list(PODS, namespace, field_selector=f"metadata.name={first}")
+        return not listed.get("items")
+
+    await wait_for(f"pod {first} gone", first_gone, timeout=30)
+    await front_pod(api, second)
+    async with running_agent(agent_api, tmp_path / "front" / second, pod=second) as agent:
         await eventually(lambda: holds(agent.ready_file.exists()))  # both of its HAProxy listen
-    assert stub.front()["restarts"] == 1
+    assert (await front_status(api))["restarts"] == 1
     assert sorted(p.name for p in (tmp_path / "front").iterdir()) == [second]
 
 
 async def test_a_replacement_front_starts_its_haproxy_with_the_desired_server(
-    tmp_path: Path, echoes: tuple[Echo, Echo], front_port: int
+    api: ApiClient,
+    agent_api: RecordingApi,
+    namespace: str,
+    tmp_path: Path,
+    echoes: tuple[Echo, Echo],
+    front_port: int,
 ) -> None:
     """A new front pod shares the port with the one it replaces from its HAProxy's first instant: a
     connection the kernel hands it then must reach the slot, so it starts with the server, never without."""
     a, _ = echoes
-    stub = StubApi(shard_body(front_port))
-    stub.operator_writes({"desiredBackend": "a", "desiredPort": a.port})
-    async with running_agent(stub, tmp_path / "front") as agent:
+    await api.create(KCPSHARDS, namespace, shard_body(namespace, front_port))
+    await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
+    async with running_agent(agent_api, tmp_path / "front") as agent:
         await eventually(lambda: holds(agent.ready_file.exists()))
         for member in agent.members:
             assert f"server a 127.0.0.1:{a.port}\n" in member.config_path.read_text()

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from tests.process.test_front_agent import (
     HAPROXY,
-    NAMESPACE,
     Agent,
     answer,
     front_status,
@@ -29,7 +28,6 @@ from kcpshard.agent.haproxy import HAProxy
 from kcpshard.agent.haproxy_member import member_dir, release_path
 from kcpshard.k8s.api import KCPSHARDS, ApiClient
 from kcpshard_testkit import scenario
-from kcpshard_testkit.apiserver import EmulatedApiServer
 from kcpshard_testkit.tcp import Echo, eventually, free_port
 
 pytestmark = [
@@ -76,22 +74,22 @@ def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
 
 @pytest.fixture
 async def pod(
-    apiserver: EmulatedApiServer, api: ApiClient, tmp_path: Path, kubelet: Kubelet
+    kubeconfig: Path, namespace: str, api: ApiClient, tmp_path: Path, kubelet: Kubelet
 ) -> AsyncIterator[tuple[Agent, int]]:
     port = free_port()
-    await api.create(KCPSHARDS, NAMESPACE, shard_body(port))
+    await api.create(KCPSHARDS, namespace, shard_body(namespace, port))
     kubelet.start(0)
     kubelet.start(1)  # both wait for the config the agent writes
-    agent = _spawn(apiserver, tmp_path, kubelet)
+    agent = _spawn(kubeconfig, namespace, tmp_path, kubelet)
     try:
         yield agent, port
     finally:
         agent.kill_group()
 
 
-def _spawn(apiserver: EmulatedApiServer, tmp_path: Path, kubelet: Kubelet) -> Agent:
+def _spawn(kubeconfig: Path, namespace: str, tmp_path: Path, kubelet: Kubelet) -> Agent:
     extra = ("--members-dir", str(kubelet.members_dir))
-    return spawn_agent(Path(apiserver.kubeconfig_path), tmp_path / "front", tmp_path / "agent.log", extra)
+    return spawn_agent(kubeconfig, namespace, tmp_path / "front", tmp_path / "agent.log", extra)
 
 
 def _member(kubelet: Kubelet, index: int) -> HAProxy:
@@ -99,7 +97,8 @@ def _member(kubelet: Kubelet, index: int) -> HAProxy:
 
 
 async def test_the_front_serves_on_while_its_agent_is_dead_and_the_next_agent_takes_it_over(
-    apiserver: EmulatedApiServer,
+    kubeconfig: Path,
+    namespace: str,
     api: ApiClient,
     tmp_path: Path,
     kubelet: Kubelet,
@@ -125,7 +124,7 @@ async def test_the_front_serves_on_while_its_agent_is_dead_and_the_next_agent_ta
         assert await answer(port, str(n)) == f"b:{n}"
 
     release_path(kubelet.members_dir).touch()  # as an earlier agent of this pod that crashed leaves it
-    again = _spawn(apiserver, tmp_path, kubelet)
+    again = _spawn(kubeconfig, namespace, tmp_path, kubelet)
     try:
         await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
         await eventually(lambda: observed("a"))

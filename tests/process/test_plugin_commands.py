@@ -1,5 +1,5 @@
-"""`kubectl kcpshard` run by the real kubectl (a `kubectl-kcpshard` executable on PATH) against the
-emulated API server; the test writes the statuses each case needs (no operator runs).
+"""`kubectl kcpshard` run by the real kubectl (a `kubectl-kcpshard` executable on PATH) against the real
+API server, in the test's namespace; the test writes the statuses each case needs (no operator runs).
 
 promote, abort and retry set their annotation, or refuse and change nothing; failures are one line
 and an exit code, never a traceback.
@@ -22,7 +22,6 @@ import pytest
 from kcpshard.api import conditions as cond
 from kcpshard.api.annotations import ABORT, PROMOTE, RETRY
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, ApiClient
-from kcpshard_testkit.apiserver import EmulatedApiServer
 from kcpshard_testkit.stack import shard_manifest
 
 pytestmark = pytest.mark.timeout(120)
@@ -48,7 +47,7 @@ class Result:
 
 @dataclass
 class Env:
-    server: EmulatedApiServer
+    namespace: str
     api: ApiClient
     vars: dict[str, str]
 
@@ -70,28 +69,27 @@ class Env:
             out, err = await proc.communicate()
         return Result(proc.returncode or 0, out.decode(), err.decode())
 
-    async def shard(self, name: str = "root", namespace: str = "default") -> dict[str, Any]:
-        return await self.api.get(KCPSHARDS, namespace, name)
+    async def shard(self, name: str = "root") -> dict[str, Any]:
+        return await self.api.get(KCPSHARDS, self.namespace, name)
 
-    async def set_status(self, name: str = "root", namespace: str = "default", **status: Any) -> None:
-        await self.api.patch(KCPSHARDS, namespace, name, {"status": status}, subresource="status")
+    async def set_status(self, name: str = "root", **status: Any) -> None:
+        await self.api.patch(KCPSHARDS, self.namespace, name, {"status": status}, subresource="status")
 
 
 @pytest.fixture
-async def env(apiserver: EmulatedApiServer, tmp_path: Path) -> AsyncIterator[Env]:
+async def env(namespace: str, kubeconfig: Path, api: ApiClient, tmp_path: Path) -> Env:
+    """The plugin's environment: the admin's kubeconfig, whose namespace is the test's, and a shard `root`."""
     home = tmp_path / "home"
     home.mkdir()
     variables = {
         **os.environ,
-        "KUBECONFIG": str(apiserver.kubeconfig_path),
+        "KUBECONFIG": str(kubeconfig),
         "HOME": str(home),
         "PATH": os.pathsep.join([str(BIN), os.environ.get("PATH", "")]),
     }
-    async with ApiClient.from_kubeconfig(apiserver.kubeconfig_path) as api:
-        await api.create(
-            KCPSHARDS, "default", shard_manifest("root", etcd="http://127.0.0.1:1", front_port=6443)
-        )
-        yield Env(apiserver, api, variables)
+    manifest = shard_manifest("root", etcd="http://127.0.0.1:1", front_port=6443, namespace=namespace)
+    await api.create(KCPSHARDS, namespace, manifest)
+    return Env(namespace, api, variables)
 
 
 def conditions(
@@ -206,10 +204,10 @@ async def test_status_once_without_a_terminal(env: Env) -> None:
     slot = {
         "apiVersion": "kcpshard.dev/v1alpha1",
         "kind": "KcpSlot",
-        "metadata": {"name": "root-b", "namespace": "default", "labels": {"kcpshard.dev/shard": "root"}},
+        "metadata": {"name": "root-b", "namespace": env.namespace, "labels": {"kcpshard.dev/shard": "root"}},
         "spec": {"shard": "root", "slot": "b", "revision": "r2"},
     }
-    await env.api.create(KCPSLOTS, "default", slot)
+    await env.api.create(KCPSLOTS, env.namespace, slot)
     res = await env.run("status", "root")
     assert res.code == 0, res.err
     assert "\x1b[" not in res.out  # no terminal, no terminal codes
@@ -248,22 +246,43 @@ async def test_status_watch_without_a_terminal_appends_a_block_per_change(env: E
     assert "Message:         two" in second and "Steps (WaitingReady):" in second
 
 
-async def test_list_one_namespace_all_and_watch(env: Env) -> None:
+async def _every_shard(api: ApiClient) -> set[tuple[str, str]]:
+    items = (await api.list(KCPSHARDS, None)).get("items") or []
+    return {(item["metadata"]["namespace"], item["metadata"]["name"]) for item in items}
+
+
+@pytest.fixture
+async def team(env: Env) -> AsyncIterator[str]:
+    """A second namespace, deleted after the test (the name sorts right after the test's own)."""
+    name = f"{env.namespace}-team"
     await env.api.create(
-        NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}
+        NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
-    other = shard_manifest("beta", etcd="http://127.0.0.1:1", front_port=6444, namespace="team")
-    await env.api.create(KCPSHARDS, "team", other)
+    yield name
+    await env.api.delete(NAMESPACES, None, name)
+
+
+async def test_list_one_namespace_all_and_watch(env: Env, team: str) -> None:
+    other = shard_manifest("beta", etcd="http://127.0.0.1:1", front_port=6444, namespace=team)
+    await env.api.create(KCPSHARDS, team, other)
     mine = await env.run("list")
     assert [line.split()[0] for line in mine.out.splitlines()] == ["NAME", "root"]
-    assert (await env.run("list", "-n", "team")).out.splitlines()[1].split()[0] == "beta"
+    assert (await env.run("list", "-n", team)).out.splitlines()[1].split()[0] == "beta"
+    # The API server is shared with the tests that ran before: the shards of their namespaces (maybe
+    # being deleted now) are listed too. Every shard of every namespace is, and nothing else.
+    before = await _every_shard(env.api)
     every = (await env.run("list", "-A")).out.splitlines()
-    assert [line.split()[:2] for line in every] == [
-        ["NAMESPACE", "NAME"],
-        ["default", "root"],
-        ["team", "beta"],
+    after = await _every_shard(env.api)
+    assert every[0].split()[:2] == ["NAMESPACE", "NAME"]
+    rows = [(line.split()[0], line.split()[1]) for line in every[1:]]
+    assert rows == sorted(rows)
+    assert before & after <= set(rows) <= before | after
+    assert [row for row in rows if row[0] in (env.namespace, team)] == [
+        (env.namespace, "root"),
+        (team, "beta"),
     ]
-    assert every[1].split()[2] == "Progressing"  # no status yet: the operator has not seen it
+    root = next(line for line in every[1:] if line.split()[:2] == [env.namespace, "root"])
+    assert root.split()[2] == "Progressing"  # no status yet: the operator has not seen it
 
     proc = await env.start("list", "-w")
     assert proc.stdout is not None

@@ -1,5 +1,6 @@
-"""Process tests of the host agent (`kcpshard agent slot`): the real agent program against the emulated API
-server, with the stand-in kcp on a real etcd (or small shell commands where only the exit matters)."""
+"""Process tests of the host agent (`kcpshard agent slot`): the real agent program against the real API server
+(the session's control plane, each test in a namespace of its own), with the stand-in kcp on a real etcd (or
+small shell commands where only the exit matters)."""
 
 from __future__ import annotations
 
@@ -15,22 +16,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import httpx
 import pytest
 import yaml
 
 from kcpshard.agent import seed
-from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, SECRETS, ApiClient, Conflict
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, SECRETS, ApiClient
 from kcpshard.kcp.flags import KINE_ENDPOINT_ENV, KINE_URL
 from kcpshard.kcp.readyz import client_for
-from kcpshard_testkit.apiserver import EmulatedApiServer
+from kcpshard_testkit.devenv import DevEnvInfo
 from kcpshard_testkit.etcd import EtcdServer
 from kcpshard_testkit.fakekcp import kcp_binary
 from kcpshard_testkit.pki import CertificateAuthority
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.tools import tool
+from kcpshard_testkit.waiting import wait_for
 
-CRDS = Path(__file__).resolve().parents[2] / "crds"
-NS = "kcp"
 SHARD = "alpha"
 SECRET = "alpha-shared"
 FAST = {"KCP_FAKE_RSA_BITS": "2048", "KCP_FAKE_STARTUP_SECONDS": "0.2"}
@@ -39,15 +40,7 @@ T = TypeVar("T")
 
 async def eventually(what: str, probe: Callable[[], Awaitable[T | None]], seconds: float = 30.0) -> T:
     """Poll `probe` until it returns something truthy; fail naming `what` at the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while True:
-        result = await probe()
-        if result:
-            return result
-        if loop.time() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
+    return await wait_for(what, probe, timeout=seconds, interval=0.05)
 
 
 def cond(status: dict[str, Any], type_: str) -> tuple[str, str, str] | None:
@@ -72,8 +65,11 @@ def _log_file(path: Path) -> IO[bytes]:
 class Agent:
     """One `kcpshard agent slot` process, in its own process group, logs in files."""
 
-    def __init__(self, workdir: Path, kubeconfig: Path, slot: str, kcp: Sequence[str], **opts: Any):
+    def __init__(
+        self, workdir: Path, kubeconfig: Path, namespace: str, slot: str, kcp: Sequence[str], **opts: Any
+    ):
         self.workdir = workdir
+        self.namespace = namespace
         self.slot = slot
         self.root = workdir / f"root-{slot}"
         self.out = workdir / f"agent-{slot}.out"
@@ -86,7 +82,8 @@ class Agent:
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self) -> Agent:
-        args = [sys.executable, "-m", "kcpshard.cli", "agent", "slot", "--namespace", NS, "--slot", self.slot]
+        args = [sys.executable, "-m", "kcpshard.cli", "agent", "slot", "--namespace", self.namespace]
+        args += ["--slot", self.slot]
         args += ["--secret", SECRET, "--root-dir", str(self.root), "--job-name", f"{self.slot}-job-1"]
         args += ["--stop-timeout", self.stop_timeout, *self.args, "--", *self.kcp]
         env = {**os.environ, **FAST, **self.env, "KUBECONFIG": str(self.kubeconfig)}
@@ -120,28 +117,35 @@ class Agent:
             await self.proc.wait()
 
 
+def ns(api: ApiClient) -> str:
+    """The test's namespace: that of the client's kubeconfig context (the `kubeconfig` fixture's)."""
+    return api.default_namespace
+
+
+async def install_shard(api: ApiClient) -> None:
+    """The KcpShard and its two KcpSlots, in the client's namespace."""
+    await api.create(KCPSHARDS, ns(api), shard_body(ns(api)))
+    for slot in ("a", "b"):
+        await api.create(KCPSLOTS, ns(api), slot_body(ns(api), slot))
+
+
 @pytest.fixture
-async def api(apiserver: EmulatedApiServer) -> AsyncIterator[ApiClient]:
-    async with ApiClient.from_kubeconfig(apiserver.kubeconfig_path) as client:
-        with contextlib.suppress(Conflict):
-            await client.create(
-                NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
-            )
-        await client.create(KCPSHARDS, NS, shard_body())
-        for slot in ("a", "b"):
-            await client.create(KCPSLOTS, NS, slot_body(slot))
+async def api(kubeconfig: Path) -> AsyncIterator[ApiClient]:
+    async with ApiClient.from_kubeconfig(kubeconfig) as client:
+        await install_shard(client)
         yield client
 
 
 @pytest.fixture
 async def agents(
-    tmp_path: Path, apiserver: EmulatedApiServer
+    tmp_path: Path, kubeconfig: Path, namespace: str
 ) -> AsyncIterator[Callable[..., Awaitable[Agent]]]:
+    """Start agents (by default with the test's kubeconfig, in its namespace); all killed at the end."""
     started: list[Agent] = []
     kcp_pids: list[int] = []
 
-    async def start(slot: str, kcp: Sequence[str], **opts: Any) -> Agent:
-        agent = await Agent(tmp_path, Path(apiserver.kubeconfig_path), slot, kcp, **opts).start()
+    async def start(slot: str, kcp: Sequence[str], *, config: Path = kubeconfig, **opts: Any) -> Agent:
+        agent = await Agent(tmp_path, config, namespace, slot, kcp, **opts).start()
         started.append(agent)
         return agent
 
@@ -154,11 +158,11 @@ async def agents(
             os.killpg(pid, signal.SIGKILL)
 
 
-def shard_body() -> dict[str, Any]:
+def shard_body(namespace: str) -> dict[str, Any]:
     return {
         "apiVersion": "kcpshard.dev/v1alpha1",
         "kind": "KcpShard",
-        "metadata": {"name": SHARD, "namespace": NS},
+        "metadata": {"name": SHARD, "namespace": namespace},
         "spec": {
             "kcp": {"version": "v0.32.1"},
             "node": "local",
@@ -168,23 +172,28 @@ def shard_body() -> dict[str, Any]:
     }
 
 
-def slot_body(slot: str) -> dict[str, Any]:
+def slot_body(namespace: str, slot: str) -> dict[str, Any]:
     return {
         "apiVersion": "kcpshard.dev/v1alpha1",
         "kind": "KcpSlot",
-        "metadata": {"name": f"{SHARD}-{slot}", "namespace": NS},
+        "metadata": {"name": f"{SHARD}-{slot}", "namespace": namespace},
         "spec": {"shard": SHARD, "slot": slot, "revision": "r1"},
     }
 
 
 async def create_secret(api: ApiClient, files: dict[str, bytes], name: str = SECRET) -> dict[str, Any]:
     data = {key: base64.b64encode(value).decode() for key, value in files.items()}
-    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "data": data}
-    return await api.create(SECRETS, NS, body)
+    body = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": ns(api)},
+        "data": data,
+    }
+    return await api.create(SECRETS, ns(api), body)
 
 
 async def slot_status(api: ApiClient, slot: str) -> dict[str, Any]:
-    return dict((await api.get(KCPSLOTS, NS, f"{SHARD}-{slot}")).get("status") or {})
+    return dict((await api.get(KCPSLOTS, ns(api), f"{SHARD}-{slot}")).get("status") or {})
 
 
 async def wait_condition(
@@ -239,7 +248,7 @@ async def test_fresh_start_uploads_then_second_slot_seeds_then_stop_and_crash(
     assert f"Serving securely on 127.0.0.1:{port_a}" in a.out.read_text(errors="replace")
 
     async def uploaded() -> dict[str, Any] | None:
-        secret = await api.get(SECRETS, NS, SECRET)
+        secret = await api.get(SECRETS, ns(api), SECRET)
         return secret if seed.plan_seed(secret).kind is seed.SeedKind.SEEDED else None
 
     secret = await eventually("the root material in the Secret", uploaded)
@@ -349,7 +358,7 @@ async def test_missing_slot_is_one_clear_line(api: ApiClient, agents: Any) -> No
     a = await agents("nope", ["true"])
     assert await a.wait() == 1
     err = a.err.read_text()
-    assert "KcpSlot kcp/nope not found" in err
+    assert f"KcpSlot {ns(api)}/nope not found" in err
     assert "Traceback" not in err
 
 
@@ -381,7 +390,7 @@ async def test_two_fresh_slots_cannot_both_upload(api: ApiClient, etcd: EtcdServ
         return found if done else None  # type: ignore[return-value]
 
     seeded = await eventually("both slots settled on the root material", settled)
-    secret = await api.get(SECRETS, NS, SECRET)
+    secret = await api.get(SECRETS, ns(api), SECRET)
     token = seed.shard_admin_token(seed.plan_seed(secret).files["admin.kubeconfig"])
     winners = [i for i, c in enumerate(seeded) if c[2] == f"root material uploaded to Secret {SECRET}"]
     assert len(winners) == 1, seeded
@@ -448,14 +457,44 @@ async def test_second_sigterm_is_forwarded(api: ApiClient, etcd: EtcdServer, age
     assert cond(st, "Ready")[:2] == ("False", "Exited")  # type: ignore[index]
 
 
+def namespaced_kubeconfig(admin: Path, namespace: str, path: Path) -> Path:
+    """A copy of the kubeconfig `admin` whose contexts are in `namespace` (mode 0600)."""
+    config = yaml.safe_load(admin.read_text())
+    for context in config["contexts"]:
+        context["context"]["namespace"] = namespace
+    path.write_text(yaml.safe_dump(config))
+    path.chmod(0o600)
+    return path
+
+
 async def test_stop_without_api_server_still_stops_kcp(
-    api: ApiClient, apiserver: EmulatedApiServer, etcd: EtcdServer, agents: Any
+    own_control_plane: DevEnvInfo, namespace: str, etcd: EtcdServer, agents: Any, tmp_path: Path
 ) -> None:
-    await create_secret(api, {})
-    a = await agents(f"{SHARD}-a", fake_kcp(etcd))
-    st = await wait_condition(api, "a", "Ready", "True")
-    agents.kcp_pids.append(st["pid"])
-    await apiserver.stop()
+    plane = own_control_plane
+    config = namespaced_kubeconfig(Path(plane.kubeconfig), namespace, tmp_path / "own.kubeconfig")
+    async with ApiClient.from_kubeconfig(config) as api:
+        await api.create(
+            NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+        await install_shard(api)
+        await create_secret(api, {})
+        a = await agents(f"{SHARD}-a", fake_kcp(etcd), config=config)
+        st = await wait_condition(api, "a", "Ready", "True")
+        agents.kcp_pids.append(st["pid"])
+        # The whole control plane stops (`kcpshard-dev up` ends once its API server and etcd have).
+        os.kill(plane.pid, signal.SIGTERM)
+
+        async def api_server_gone() -> bool:
+            if not pid_gone(plane.pid):
+                return False
+            try:
+                await api.get(KCPSLOTS, namespace, f"{SHARD}-a")
+            except httpx.TransportError:
+                return True
+            return False
+
+        await eventually("the control plane to stop", api_server_gone, seconds=60)
+    assert not pid_gone(st["pid"])  # kcp still runs, its agent with it
     a.signal(signal.SIGTERM)
     assert await a.wait() == 0
     assert pid_gone(st["pid"])
@@ -588,17 +627,17 @@ async def test_missing_kubeconfig_secret_or_key_stops_before_kcp_starts(api: Api
     assert cond(await slot_status(api, "a"), "Seeded") == (
         "False",
         "MissingSecret",
-        f"Secret {NS}/cache-kc has no key kubeconfig",
+        f"Secret {ns(api)}/cache-kc has no key kubeconfig",
     )
     assert cond(await slot_status(api, "b"), "Seeded") == (
         "False",
         "MissingSecret",
-        f"Secret {NS}/absent not found",
+        f"Secret {ns(api)}/absent not found",
     )
     for agent in (no_key, no_secret):
         assert not (agent.root / "kcp-was-started").exists()
         assert "Traceback" not in agent.logs()
-    assert "Secret kcp/cache-kc has no key kubeconfig" in no_key.err.read_text()
+    assert f"Secret {ns(api)}/cache-kc has no key kubeconfig" in no_key.err.read_text()
 
 
 async def test_kcp_admin_kubeconfig_is_published_once_ready(
@@ -614,7 +653,7 @@ async def test_kcp_admin_kubeconfig_is_published_once_ready(
     agents.kcp_pids.append(st["pid"])
 
     async def published() -> dict[str, Any] | None:
-        secret = await api.get(SECRETS, NS, "alpha-a-admin")
+        secret = await api.get(SECRETS, ns(api), "alpha-a-admin")
         return secret if secret.get("metadata", {}).get("ownerReferences") else None
 
     secret = await eventually("the kcp-admin Secret", published)
@@ -626,7 +665,7 @@ async def test_kcp_admin_kubeconfig_is_published_once_ready(
     assert {c["context"]["user"] for c in config["contexts"]} == {"kcp-admin"}
     servers = [c["cluster"]["server"] for c in config["clusters"]]
     assert servers and all(server.startswith(front + "/") or server == front for server in servers)
-    slot = await api.get(KCPSLOTS, NS, f"{SHARD}-a")
+    slot = await api.get(KCPSLOTS, ns(api), f"{SHARD}-a")
     (owner,) = secret["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("KcpSlot", f"{SHARD}-a", slot["metadata"]["uid"])
     assert owner["apiVersion"] == "kcpshard.dev/v1alpha1"
@@ -658,7 +697,7 @@ async def test_a_tls_store_is_checked_with_its_ca_and_kcp_gets_the_files(api: Ap
         assert await wrong.wait() == 1
         seeded = cond(await slot_status(api, "a"), "Seeded")
         assert seeded is not None and seeded[:2] == ("False", "StoreUnreachable")
-        assert "certificate signed by unknown authority" in seeded[2] and "kcp/wrong-ca" in seeded[2]
+        assert "certificate signed by unknown authority" in seeded[2] and f"{ns(api)}/wrong-ca" in seeded[2]
         assert not (wrong.root / "kcp-was-started").exists()
         # The right CA: kcp starts, and finds the files where its --etcd-* flags point, mode 0600.
         copy = "cp -p {root}/etcd-tls/ca.crt {root}/etcd-tls/tls.key {root}/../"
@@ -682,9 +721,10 @@ def fake_kine(folder: Path, *, listens: bool = True) -> str:
     """A kine that says where it listens (or never does), notes its pid, and notes when it is stopped."""
     says = """echo 'level=info msg="Kine available at http://127.0.0.1:4321"' >&2""" if listens else "true"
     path = folder / "kine"
+    # The trap first: once its pid is noted, a stop is noted too.
     path.write_text(
-        f"#!/bin/sh\necho $$ > {folder}/kine.pid\n"
-        f"trap 'echo kine-stopped >> {folder}/order; exit 0' TERM\n{says}\n"
+        f"#!/bin/sh\ntrap 'echo kine-stopped >> {folder}/order; exit 0' TERM\n"
+        f"echo $$ > {folder}/kine.pid\n{says}\n"
         "while :; do sleep 0.1; done\n"
     )
     path.chmod(0o755)
@@ -693,9 +733,11 @@ def fake_kine(folder: Path, *, listens: bool = True) -> str:
 
 def kcp_on_kine(folder: Path) -> list[str]:
     """A kcp that notes its --etcd-servers and environment, and when it is stopped."""
+    # The trap first: once its notes are there, a stop is noted too; each note whole when it appears.
     script = (
-        f'echo "$1" > {folder}/kcp.args; env > {folder}/kcp.env; '
         f"trap 'echo kcp-stopped >> {folder}/order; exit 0' TERM; "
+        f'echo "$1" > {folder}/kcp.args.part; mv {folder}/kcp.args.part {folder}/kcp.args; '
+        f"env > {folder}/kcp.env.part; mv {folder}/kcp.env.part {folder}/kcp.env; "
         "while :; do sleep 0.1; done"
     )
     return ["sh", "-c", script, "kcp", f"--etcd-servers={KINE_URL}"]

@@ -245,8 +245,9 @@ class ApiClient:
         propagation_policy: Literal["Background", "Foreground", "Orphan"] | None = None,
         preconditions: Mapping[str, str] | None = None,
     ) -> dict[str, Any] | None:
-        """Delete; returns the object when the server keeps it (graceful/finalizers), None on a Status.
-        ``NotFound`` is raised: callers decide whether a missing object is fine."""
+        """Delete; returns the object the server answered with (kept for a grace period or finalizers,
+        but also a pod's last state when it is gone at once), None on a Status. ``NotFound`` is raised:
+        callers decide whether a missing object is fine."""
         options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if grace_period_seconds is not None:
             options["gracePeriodSeconds"] = grace_period_seconds
