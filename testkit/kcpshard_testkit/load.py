@@ -15,6 +15,7 @@ Anything else counts as a failure: a refused connection, a 5xx, a timeout.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import ssl
 import time
@@ -47,6 +48,8 @@ class LoadReport:
     latencies: list[float] = field(default_factory=list)  # seconds per request, retries included
     # (time.time() when the request ended, succeeded) per request, failed ones included
     outcomes: list[tuple[float, bool]] = field(default_factory=list)
+    # per worker: time.time() of its start, then of each answer it got (its last, 429s waited out)
+    answers: list[list[float]] = field(default_factory=list)
 
     def percentile(self, p: float) -> float:
         """The p-th percentile of the latencies (nearest rank), in seconds; nan with none."""
@@ -71,6 +74,17 @@ class LoadReport:
                 else:
                     failed[i] += 1
         return [(start + i, ok[i], failed[i]) for i in range(seconds)]
+
+    def longest_no_answer_seconds(self, start: float = 0.0, end: float = math.inf) -> float:
+        """The longest a worker went without an answer (a success or a failure) that ended in
+        [start, end): a worker sends its next request at once, so this is how long a client's caller
+        waited, retries and Retry-After waits included."""
+        longest = 0.0
+        for times in self.answers:
+            for before, after in itertools.pairwise(times):
+                if start <= after < end:
+                    longest = max(longest, after - before)
+        return round(longest, 3)
 
     def outage_seconds(self) -> float:
         """How long the client could get no answer: for each run of failed requests (ordered by when they
@@ -192,11 +206,14 @@ class KubeStyleLoad:
             self.report.failures.append(what)
 
     async def _worker(self) -> None:
+        answers = [time.time()]
+        self.report.answers.append(answers)
         while not self._stop.is_set():
             started = time.monotonic()
             ok = await self._one()
             self.report.latencies.append(time.monotonic() - started)
             self.report.outcomes.append((time.time(), ok))
+            answers.append(time.time())
 
     async def start(self) -> None:
         self._started = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import signal
+import socket
 import ssl
 import stat
 import subprocess
@@ -215,6 +216,46 @@ def test_shutdown_send_retry_after(kcps: list[KcpProcess], etcd: EtcdServer, tmp
     assert r.text.strip() == "The apiserver is shutting down, please try again later."
     with httpx.Client(base_url=k.url, verify=False) as c:  # health checks are exempt
         assert c.get("/readyz").status_code == 500
+
+
+def _get(conn: ssl.SSLSocket, token: str, query: str = "") -> bytes:
+    """One keep-alive GET on `conn`; the head of the answer (the list is small: one read holds it)."""
+    path = f"/clusters/root/api/v1/namespaces{query}"
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: kcp\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    return conn.recv(65536).split(b"\r\n\r\n", 1)[0].lower()
+
+
+def test_without_retry_after_kept_alive_connections_close_when_the_delay_ends(
+    kcps: list[KcpProcess], etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """What the operator relies on (it passes `--shutdown-send-retry-after=false`): a client's kept-alive
+    connection is served through the shutdown delay and then closed by the server, so the client opens a
+    new one (through the front, to the new slot) instead of waiting out a 429's Retry-After."""
+    k = start(
+        kcps, tmp_path / "root", etcd, "--shutdown-delay-duration=2s", "--shutdown-send-retry-after=false"
+    )
+    k.wait_ready()
+    token = k.token()
+    host, port = k.url.removeprefix("https://").rsplit(":", 1)
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    def connect() -> ssl.SSLSocket:
+        return context.wrap_socket(socket.create_connection((host, int(port))), server_hostname=host)
+
+    # An open watch keeps the process alive after its HTTP server stopped (it holds watches), so the
+    # idle connection's close below is the server's doing, not the process's exit.
+    with connect() as watch, connect() as conn:
+        assert _get(watch, token, "?watch=true").startswith(b"http/1.1 200")
+        assert _get(conn, token).startswith(b"http/1.1 200")
+        k.signal(signal.SIGTERM)
+        during = _get(conn, token)  # the same connection, inside the delay: served, kept alive
+        assert during.startswith(b"http/1.1 200") and b"connection: close" not in during
+        conn.settimeout(30)
+        assert conn.recv(1) == b""  # closed once the delay ended: no 429, no Retry-After to wait out
+        assert k.exit_code() is None
+        assert 'name="NotAcceptingNewRequest"' in k.log()
+    assert k.wait_exit() == 0
 
 
 def test_shutdown_exits_zero_after_delay(kcps: list[KcpProcess], etcd: EtcdServer, tmp_path: Path) -> None:

@@ -165,10 +165,11 @@ def test_leader_election_row() -> None:
     assert "--enable-leader-election" in kcp_start_args(spec(), PATHS)
 
 
-def test_shutdown_delay_and_retry_after() -> None:
+def test_shutdown_delay_and_no_retry_after() -> None:
     args = kcp_start_args(spec(shutdownDelaySeconds=12), PATHS)
     assert "--shutdown-delay-duration=12s" in args
-    assert "--shutdown-send-retry-after=true" in args
+    # no 429 + Retry-After: 5 for kept-alive clients: the server closes their connections instead
+    assert "--shutdown-send-retry-after=false" in args
 
 
 @pytest.mark.parametrize("version", ["v0.26.0", "v0.32.1", "v0.33.0"])
@@ -182,6 +183,14 @@ def test_cache_kubeconfig_only_for_non_root() -> None:
     assert "--cache-kubeconfig=/x/cache.kubeconfig" in kcp_start_args(nonroot(), PATHS)
     with pytest.raises(ValueError, match="cache_kubeconfig"):
         kcp_start_args(nonroot(), SlotPaths(root_dir=ROOT, root_shard_kubeconfig="/r"))
+
+
+def test_root_shard_of_a_fleet_uses_the_fleet_cache_server() -> None:
+    # Without --cache-kubeconfig a root runs an in-process cache server no other shard reads.
+    root = spec(shard={"name": "root", "root": True, "cacheKubeconfigSecretRef": {"name": "c"}})
+    assert "--cache-kubeconfig=/x/cache.kubeconfig" in kcp_start_args(root, PATHS)
+    assert "root-shard-kubeconfig-file" not in names(kcp_start_args(root, PATHS))
+    assert validate(root) == []
 
 
 @pytest.mark.parametrize(

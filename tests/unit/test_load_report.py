@@ -132,3 +132,12 @@ async def test_a_get_reset_in_the_handshake_is_retried_and_then_answered(tmp_pat
     assert report.failed == 0, report.failures
     # The first may pass as Go's one retry of a closed keep-alive; the second only as client-go's retry.
     assert report.retried_closed + report.retried_reset == 2 and report.retried_reset >= 1
+
+
+def test_longest_no_answer_is_per_worker_within_the_window() -> None:
+    # worker 1 answered at 1, 2, 8 (6 s without an answer); worker 2 kept answering meanwhile
+    report = LoadReport(answers=[[0.0, 1.0, 2.0, 8.0], [0.0, 3.0, 4.0, 5.0, 6.0, 7.0]])
+    assert report.longest_no_answer_seconds() == 6.0
+    assert report.longest_no_answer_seconds(start=2.5, end=7.5) == 3.0  # only worker 2's 0 -> 3 ends in it
+    assert report.longest_no_answer_seconds(start=9.0) == 0.0
+    assert LoadReport().longest_no_answer_seconds() == 0.0

@@ -112,7 +112,10 @@ def _external_hostname(c: _Ctx) -> list[str]:
 
 
 def _cache_kubeconfig(c: _Ctx) -> list[str]:
-    if _is_root(c):
+    # A root shard of a sharded kcp must use the fleet's cache server too: without the flag it runs an
+    # in-process one (pkg/server/server.go, installCacheServer) that no other shard reads, so they never
+    # see what root replicates (its WorkspaceTypes, APIExports) and their workspaces stay Initializing.
+    if _is_root(c) and c.spec.shard.cache_kubeconfig_secret_ref is None:
         return []
     if not c.paths.cache_kubeconfig:
         raise ValueError("a non-root shard needs SlotPaths.cache_kubeconfig")
@@ -192,8 +195,12 @@ ROWS: tuple[FlagRow, ...] = (
     FlagRow(
         ("shutdown-send-retry-after",),
         ALL,
-        lambda c: ["--shutdown-send-retry-after=true"],
-        "during shutdown answer 429 + Retry-After + Connection: close so clients move to the new slot",
+        # Off (kcp's default), and owned so extraArgs cannot turn it on: with it, the old kcp answers the
+        # connections clients kept alive through the L4 front 429 + Retry-After: 5, and they wait 5 s.
+        # Without it, its HTTP server shuts down once the delay ends (Go's Shutdown: idle connections
+        # closed, busy ones after their answer), and clients reconnect through the front to the new slot.
+        lambda c: ["--shutdown-send-retry-after=false"],
+        "kept-alive clients reconnect to the new slot when the delay ends instead of waiting out a 429",
     ),
     FlagRow(
         ("shutdown-watch-termination-grace-period",),
@@ -203,7 +210,12 @@ ROWS: tuple[FlagRow, ...] = (
         lambda c: [f"--shutdown-watch-termination-grace-period={c.spec.roll.drain_timeout_seconds}s"],
         "drain watches on shutdown",
     ),
-    FlagRow(("cache-kubeconfig",), ALL, _cache_kubeconfig, "non-root shards reach the cache server"),
+    FlagRow(
+        ("cache-kubeconfig",),
+        ALL,
+        _cache_kubeconfig,
+        "non-root shards (and a root shard given one) reach the fleet's cache server",
+    ),
     FlagRow(
         ("root-shard-kubeconfig-file",),
         R(">=0.26.0 <0.33.0"),

@@ -150,6 +150,8 @@ class Kcp:
 
         async def stop_listening() -> None:
             await site.stop()
+            if runner.server is not None:
+                lifecycle.close_connections(list(runner.server.connections))
 
         try:
             await lifecycle.run(stop_listening)

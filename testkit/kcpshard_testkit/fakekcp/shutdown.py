@@ -3,7 +3,9 @@
 Imitates `k8s.io/apiserver/pkg/server/genericapiserver.go` (`RunWithContext`: ShutdownInitiated ->
 `/readyz` fails at once; AfterShutdownDelayDuration after `--shutdown-delay-duration`; NotAcceptingNewRequest;
 with `--shutdown-send-retry-after` the listener stays open and new requests get 429 until the in-flight
-non-long-running requests have drained, then it closes; without it the listener closes at once; open
+non-long-running requests have drained, then it closes; without it the HTTP server shuts down at once
+(Go's `http.Server.Shutdown`: the listener and idle kept-alive connections closed, a busy one after its
+answer, which carries `Connection: close`: `server.go`, `closeIdleConns`, `doKeepAlives`); open
 watches get up to `--shutdown-watch-termination-grace-period`, and without it are held, silent, until the
 HTTP server's shutdown timeout), `filters/with_retry_after.go` (429,
 `Retry-After: 5`, `Connection: close`, "The apiserver is shutting down, please try again later.", health
@@ -15,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from kcpshard_testkit.fakekcp import klog
 from kcpshard_testkit.fakekcp.health import HealthState
@@ -68,6 +72,7 @@ class Lifecycle:
         self.not_accepting = False
         self.initiated = asyncio.Event()
         self._signals = 0
+        self._busy: Counter[object] = Counter()  # connections (aiohttp protocols) with a request running
 
     def on_signal(self, name: str) -> None:
         if self.ignore_sigterm:
@@ -91,13 +96,31 @@ class Lifecycle:
                 charset="utf-8",
                 headers={"Retry-After": "5", "Connection": "close", "X-Content-Type-Options": "nosniff"},
             )
-        if exempt or is_long_running(req):
-            return await handler(req)
-        self.in_flight.add()
+        self._busy[req.protocol] += 1
         try:
-            return await handler(req)
+            if exempt or is_long_running(req):
+                return await handler(req)
+            self.in_flight.add()
+            try:
+                response = await handler(req)
+            finally:
+                self.in_flight.done()
         finally:
-            self.in_flight.done()
+            self._busy[req.protocol] -= 1
+            if not self._busy[req.protocol]:
+                del self._busy[req.protocol]
+        if self.not_accepting:  # Go's server keeps no connection alive once it shuts down
+            response.force_close()
+        return response
+
+    def close_connections(self, connections: Sequence[RequestHandler]) -> None:
+        """As Go's `Server.Shutdown`: an idle kept-alive connection closes now, a busy one once its
+        request is answered."""
+        for connection in connections:
+            if connection in self._busy:
+                connection.close()
+            else:
+                connection.force_close()
 
     async def _wait_in_flight(self, limit_seconds: float) -> None:
         await self.in_flight.wait(limit_seconds)
