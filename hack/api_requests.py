@@ -2,15 +2,15 @@
 
 kube-apiserver's audit log (KCPSHARD_APISERVER_AUDIT turns it on in the test control plane) records
 every request with its user, verb and resource; this keeps the operator's ServiceAccount's. For each N
-in SHARDS (default "1 20") it makes N shards on the stand-in kcp, waits until all are Ready, then counts
-the operator's requests over WINDOW seconds (default 60) of steady state, the rounds in them (a
-round lists its shard's KcpSlots exactly once) and what its lists returned (objects and bytes, from the
-lists' responses in the log: a list of every shard is one request whose size grows with N). With N=1 it
-also counts one roll's requests.
+in SHARDS (default "1 20") it makes N shards on the stand-in kcp (their pods in containers on the real
+node, `bench_stack.py`), waits until all are Ready, then counts the operator's requests over WINDOW
+seconds (default 60) of steady state, the rounds in them (a round lists its shard's KcpSlots exactly
+once) and what its lists returned (objects and bytes, from the lists' responses in the log: a list of
+every shard is one request whose size grows with N). With N=1 it also counts one roll's requests.
 
 OPERATOR_SRC=<dir> runs the operator from another source tree (e.g. an older commit's `operator/`)
-against this tree's stack and agents, for a before/after. Figures, not assertions; writes
-.bench/api-requests.json.
+against this tree's stack and agents (this tree's image), for a before/after. Figures, not assertions;
+writes .bench/api-requests.json.
 """
 
 from __future__ import annotations
@@ -27,16 +27,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench_stack import bench_stack, find_audit, stand_in_kcp
+
 from kcpshard.k8s.api import KCPSHARDS
 from kcpshard_testkit import scenario
-from kcpshard_testkit.controlplane import AUDIT_ENV, AUDIT_LOG
-from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.stack import Stack, running_stack
+from kcpshard_testkit.controlplane import AUDIT_ENV
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
 OPERATOR_USER = "system:serviceaccount:kcpshard-system:kcpshard-operator"
 ROOT = Path(__file__).resolve().parents[1]
-FAST_KCP = scenario.FAST["rsa_bits"]  # the stand-in kcp's quick key, as scenario.serving_shard makes it
 
 
 @dataclasses.dataclass
@@ -121,11 +121,10 @@ async def _shards_ready(stack: Stack, names: list[str]) -> None:
 
 
 async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
-    async with running_stack(workdir, operator=False, api="real") as stack:
-        operator_env = {"PYTHONPATH": os.environ["OPERATOR_SRC"]} if os.environ.get("OPERATOR_SRC") else None
-        stack.start_operator(env=operator_env)
+    operator_env = {"PYTHONPATH": os.environ["OPERATOR_SRC"]} if os.environ.get("OPERATOR_SRC") else None
+    async with bench_stack(workdir, operator_env) as stack:
         audit = AuditLog(find_audit(workdir))
-        kcp = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", rsa_bits=FAST_KCP)}
+        kcp = stand_in_kcp(stack)
         names = [f"shard{i:02d}" for i in range(shards)]
         for name in names:
             await scenario.create_shard(stack, name, kcp=kcp)
@@ -154,8 +153,8 @@ async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
         }
         if shards == 1:
             audit.mark()
-            binary = make_kcp(workdir / "bin", "kcp-2", rsa_bits=FAST_KCP)
-            await stack.api.patch(KCPSHARDS, "default", names[0], {"spec": {"kcp": {"binary": binary}}})
+            binary = stand_in_kcp(stack, "kcp-2")["binary"]
+            await stack.api.patch(KCPSHARDS, stack.namespace, names[0], {"spec": {"kcp": {"binary": binary}}})
             shard = await scenario.wait_last_roll(stack, names[0])
             roll = audit.since_mark().counts
             result["roll"] = {
@@ -165,13 +164,6 @@ async def measure(workdir: Path, shards: int, window: float) -> dict[str, Any]:
                 "byVerbResource": dict(roll.most_common()),
             }
         return result
-
-
-def find_audit(workdir: Path) -> Path:
-    found = next(workdir.rglob(AUDIT_LOG), None)
-    if found is None:
-        raise SystemExit(f"no {AUDIT_LOG} under {workdir}: the control plane did not write one")
-    return found
 
 
 async def main() -> int:

@@ -9,9 +9,11 @@
 4. The front's cost: the same client straight to the slot's port and through HAProxy.
 5. A picture of one blue/green roll: .bench/roll-timeline.png.
 
-KCP=real (default; `make bench` builds it first) runs section 1, 2 and 4 on real kcp, KCP=stand-in on the
-stand-in; scale always runs the stand-in (fifty real kcps do not fit two cores). Writes
-.bench/results.json and prints a markdown table. Figures, not assertions: the tests do not time.
+Everything runs on the real node (containerd and the kubelet, the pods in containers of the product
+image; `bench_stack.py`), the operator as a process beside it. KCP=real (default; `make bench` builds it
+first) runs section 1, 2 and 4 on real kcp, KCP=stand-in on the stand-in (in the test image); scale always
+runs the stand-in (fifty real kcps do not fit two cores). Writes .bench/results.json and prints a
+markdown table. Figures, not assertions: the tests do not time.
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ from typing import Any
 
 import bench_rolls
 import bench_scale
-from api_requests import AuditLog, find_audit
+from api_requests import AuditLog
+from bench_machine import peak_rss_mib
 from bench_rolls import RollRun, StopStart, measure, measured_load, share_breakdown, spec_roll, summary
+from bench_stack import bench_stack, find_audit, real_kcp_spec, stand_in_kcp
 
 from kcpshard.api import conditions as cond
 from kcpshard.api.models import SlotName
@@ -39,12 +43,10 @@ from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSLOTS
 from kcpshard_testkit import scenario
 from kcpshard_testkit.controlplane import AUDIT_ENV
-from kcpshard_testkit.devenv import default_api
-from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.leasewatch import GAP_PARTS
 from kcpshard_testkit.load import LoadReport
 from kcpshard_testkit.realkcp import NEWER, real_kcp
-from kcpshard_testkit.stack import Stack, running_stack, stack_api
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.timeline import render_timeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +61,7 @@ async def front_cost(stack: Stack, port: int, seconds: float) -> dict[str, float
     """The same client straight to the serving slot's port and through the front, alternated twice."""
     admin = await stack.shard_admin("root")
     active = SlotName((await stack.shard("root"))["status"]["activeSlot"])
-    slot = await stack.api.get(KCPSLOTS, "default", names.slot_object_name("root", active))
+    slot = await stack.api.get(KCPSLOTS, stack.namespace, names.slot_object_name("root", active))
     direct, front = LoadReport(), LoadReport()
     for _ in range(2):
         for total, target in ((direct, slot["status"]["port"]), (front, port)):
@@ -83,13 +85,8 @@ async def front_cost(stack: Stack, port: int, seconds: float) -> dict[str, float
 
 async def three_ways(workdir: Path, runs: int, real: bool, results: dict[str, Any]) -> list[RollRun]:
     """Sections 1, 2 and 4 on one stack and one shard; returns the blue/green runs (for the picture)."""
-    async with running_stack(workdir, api=stack_api(default=default_api())) as stack:
-        results["machine"]["apiServer"] = stack.info.api
-        if real:
-            kcp = real_kcp(NEWER)
-            spec = {"version": kcp.version, "binary": kcp.binary}
-        else:
-            spec = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", rsa_bits=2048)}
+    async with bench_stack(workdir) as stack:
+        spec = real_kcp_spec(real_kcp(NEWER)) if real else stand_in_kcp(stack)
         results["machine"]["kcp"] = f"{'real' if real else 'stand-in'} kcp {spec['version']}"
         port = await scenario.create_shard(stack, kcp=spec)
         await scenario.wait_ready(stack, timeout=READY_TIMEOUT)
@@ -114,7 +111,7 @@ async def three_ways(workdir: Path, runs: int, real: bool, results: dict[str, An
         finally:
             await stop_start.end()
         assert stack.operator is not None
-        rss = bench_scale.peak_rss_mib(stack.operator.popen.pid)
+        rss = peak_rss_mib(stack.operator.popen.pid)
     for way, way_runs in done.items():
         results[way] = summary(way_runs)
     bg = done["blueGreen"]
@@ -174,6 +171,10 @@ def table(results: dict[str, Any]) -> str:
             return f"{value['median']:g}{unit} ({value['min']:g}-{value['max']:g})"
         return f"{value}{unit}"
 
+    def step(way: str, name: str) -> str:
+        value = (results[way].get("rollDurations") or {}).get(name)
+        return "n/a" if not value else f"{value['median']:g} s ({value['min']:g}-{value['max']:g})"
+
     rows = [
         ("requests sent / failed", lambda w: f"{results[w]['sent']} / {results[w]['failed']}"),
         (
@@ -181,9 +182,11 @@ def table(results: dict[str, Any]) -> str:
             lambda w: f"{results[w]['retried429']} / {results[w]['retriedClosed']}",
         ),
         ("client-visible outage", lambda w: med(w, "outageSeconds", " s")),
+        ("longest time without an answer", lambda w: med(w, "longestNoAnswerSeconds", " s")),
         ("total roll time", lambda w: med(w, "totalSeconds", " s")),
         ("p50 before / during (ms)", lambda w: f"{med(w, 'p50MsBefore')} / {med(w, 'p50Ms')}"),
         ("p99 before / during (ms)", lambda w: f"{med(w, 'p99MsBefore')} / {med(w, 'p99Ms')}"),
+        ("p99.9 during (ms)", lambda w: med(w, "p999Ms")),
         ("leaderless gap", lambda w: med(w, "leaderlessGapSeconds", " s")),
         *((f"  gap: {part}", _gap_part(results, part)) for part in GAP_PARTS),
         (
@@ -195,6 +198,7 @@ def table(results: dict[str, Any]) -> str:
         ),
         ("watch: longest time unwatched", lambda w: med(w, "watchLongestGapSeconds", " s")),
         ("operator's share", lambda w: med(w, "operatorShareSeconds", " s")),
+        ("the roll's probe", lambda w: step(w, "probe")),
         ("operator CPU", lambda w: med(w, "operatorCpuSeconds", " s")),
     ]
     ways = bench_rolls.WAYS
@@ -224,7 +228,7 @@ def _write(results: dict[str, Any]) -> None:
 def report(results: dict[str, Any]) -> None:
     machine = results["machine"]
     print(
-        f"\n## Rolls under load ({machine['kcp']}, {machine['apiServer']} API server; median (min-max) "
+        f"\n## Rolls under load ({machine['kcp']}, on the real node; median (min-max) "
         f"of {results['blueGreen']['runs']} runs each)\n"
     )
     print(table(results))
@@ -252,7 +256,8 @@ def _machine() -> dict[str, Any]:
         for line in Path("/proc/meminfo").read_text().splitlines()
         if line.startswith("MemTotal")
     )
-    return {"cores": os.cpu_count(), "memoryMiB": memory, "python": platform.python_version()}
+    machine = {"cores": os.cpu_count(), "memoryMiB": memory, "python": platform.python_version()}
+    return machine | {"node": "real (containerd, kubelet)"}
 
 
 def main() -> int:

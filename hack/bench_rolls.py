@@ -3,9 +3,9 @@
 - blueGreen: this operator's roll (a spec change);
 - single: the operator's Single shape (stop the old kcp, then start the new one);
 - stopStart: what a user has without this operator: the serving kcp process stopped (SIGTERM, its
-  shutdown delay) and started again in place with the same command line, same port, same front. The
-  operator and the slot's host agent are paused (SIGSTOP) meanwhile, so nothing but the restart acts:
-  as a Deployment's pod deleted and coming back on the same node would.
+  shutdown delay) and started again in place (in the slot's container) with the same command line, same
+  port, same front. The operator and the slot's host agent are paused (SIGSTOP) meanwhile, so nothing
+  but the restart acts: as a Deployment's pod deleted and coming back on the same node would.
 
 Each run has a kube-style client (requests/s, failures, latencies), a watching client (list then watch,
 resumed from the last resourceVersion, against a writer creating ConfigMaps) and a lease watch (the
@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,8 @@ from typing import Any
 
 import httpx
 from api_requests import AuditLog
-from bench_scale import cpu_seconds, spread
+from bench_machine import cpu_seconds
+from bench_scale import spread
 
 from kcpshard.agent.procnet import listening_ports
 from kcpshard.api import conditions as cond
@@ -83,7 +85,7 @@ class OldSlotTimes:
     async def _poll(self) -> None:
         while True:
             with contextlib.suppress(Exception):  # gone (retired) or the API busy: keep what was read
-                obj = await self.stack.api.get(KCPSLOTS, "default", f"root-{self.slot}")
+                obj = await self.stack.api.get(KCPSLOTS, self.stack.namespace, f"root-{self.slot}")
                 self.status = obj.get("status") or {}
             await asyncio.sleep(0.1)
 
@@ -180,14 +182,14 @@ async def measure(
     slot = None
     if report is not None:
         total = report["durations"]["total"]
-        kcpslot = await stack.api.get(KCPSLOTS, "default", f"root-{report['toSlot']}")
+        kcpslot = await stack.api.get(KCPSLOTS, stack.namespace, f"root-{report['toSlot']}")
         slot = kcpslot.get("status") or {}
     return RollRun(way, before, load, watch, handovers, total, report, slot, operator_cpu, requests, parts)
 
 
 async def spec_roll(stack: Stack, change: dict[str, Any]) -> dict[str, Any]:
     """Patch the shard's spec and wait until its roll ended; the roll's report."""
-    shard = await stack.api.patch(KCPSHARDS, "default", "root", {"spec": change})
+    shard = await stack.api.patch(KCPSHARDS, stack.namespace, "root", {"spec": change})
     generation = shard["metadata"]["generation"]
 
     async def rolled() -> dict[str, Any] | None:
@@ -203,18 +205,22 @@ async def spec_roll(stack: Stack, change: dict[str, Any]) -> dict[str, Any]:
 
 
 class StopStart:
-    """The serving kcp stopped and started again in place, the operator and the slot's agent paused."""
+    """The serving kcp stopped and started again in place, the operator and the slot's agent paused.
+
+    In place means in the slot's container: the same argv, environment, working directory and user, in
+    the container's mount and pid namespaces (nsenter into those of the paused agent, its parent), so it
+    runs the image's files as the slot ran them; the network is the host's, as the pod's is."""
 
     def __init__(self, stack: Stack, real: bool, url: str, log: Path) -> None:
         self.stack, self.real, self.url, self.log = stack, real, url, log
-        self.restarted: asyncio.subprocess.Process | None = None
+        self.nsenter: asyncio.subprocess.Process | None = None  # the restarted kcp's parent
+        self.restarted: int | None = None  # the restarted kcp
         self.paused: list[int] = []
 
     def _kcp(self) -> int:
         if self.restarted is not None:
-            return self.restarted.pid
-        sandbox = Path(self.stack.info.sandbox)
-        pids = real_kcp_processes(sandbox) if self.real else scenario.kcp_processes(sandbox)
+            return self.restarted
+        pids = real_kcp_processes(self.stack) if self.real else scenario.kcp_processes(self.stack)
         if len(pids) != 1:
             raise RuntimeError(f"expected one kcp process, found {len(pids)}")
         return pids[0]
@@ -228,10 +234,10 @@ class StopStart:
         argv = [a for a in argv if a != "--experimental-bind-free-port"]
         environ = Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
         env = dict(line.split("=", 1) for line in environ if "=" in line)
-        cwd = os.readlink(f"/proc/{pid}/cwd")
+        uid, gid = _ids(pid)
         if not self.paused:
             assert self.stack.operator is not None
-            agent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            agent = _parent(pid)
             self.paused = [self.stack.operator.popen.pid, agent]
             for paused in self.paused:
                 os.kill(paused, signal.SIGSTOP)
@@ -241,23 +247,56 @@ class StopStart:
             return scenario.exited(pid)
 
         await wait_for("the old kcp to exit", gone, timeout=120)
-        if self.restarted is not None:
-            await self.restarted.wait()
+        if self.nsenter is not None:
+            await self.nsenter.wait()
+        # -r/-w: the agent's root and working directory, which kcp inherited; --pid forks kcp into it.
+        enter = [shutil.which("nsenter") or "nsenter", f"--target={self.paused[1]}", "--mount", "--pid"]
+        enter += ["-r", "-w", f"--setuid={uid}", f"--setgid={gid}", "--"]
         with self.log.open("ab") as out:
-            self.restarted = await asyncio.create_subprocess_exec(
-                *argv, env=env, cwd=cwd, stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True
+            self.nsenter = await asyncio.create_subprocess_exec(
+                *enter, *argv, env=env, stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True
             )
+        self.restarted = await _exec_child(self.nsenter.pid, argv[0])
         admin = await self.stack.shard_admin("root")
         await wait_for("kcp started again to be ready", lambda: _ready(self.url, admin), timeout=300)
 
     async def end(self) -> None:
         """Stop the restarted kcp and let the paused processes go on (the stack is torn down next)."""
-        if self.restarted is not None and self.restarted.returncode is None:
-            self.restarted.kill()
-            await self.restarted.wait()
+        if self.restarted is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.restarted, signal.SIGKILL)
+        if self.nsenter is not None and self.nsenter.returncode is None:
+            await self.nsenter.wait()
         for paused in self.paused:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(paused, signal.SIGCONT)
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _ids(pid: int) -> tuple[int, int]:
+    """The process's effective uid and gid (the image's USER)."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.split()
+    return int(fields["Uid"][1]), int(fields["Gid"][1])
+
+
+async def _exec_child(parent: int, program: str) -> int:
+    """The pid of `parent`'s child once it runs `program` (nsenter forks, then the child execs kcp)."""
+
+    async def child() -> int | None:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and scenario.argv(int(entry.name))[:1] == [program.encode()]:
+                with contextlib.suppress(OSError):
+                    if _parent(int(entry.name)) == parent:
+                        return int(entry.name)
+        return None
+
+    return await wait_for("the restarted kcp to start", child, timeout=30, interval=0.05)
 
 
 def _same_port(arg: str, port: int) -> str:
@@ -283,6 +322,9 @@ def summary(runs: list[RollRun]) -> dict[str, Any]:
         "retried429": sum(r.during.retried_429 for r in runs),
         "retriedClosed": sum(r.during.retried_closed for r in runs),
         "outageSeconds": spread([r.during.outage_seconds() for r in runs]),
+        # the longest a client worker waited for any answer during the roll (Retry-After waits included)
+        "longestNoAnswerSeconds": spread([r.during.longest_no_answer_seconds() for r in runs]),
+        "p999Ms": spread([round(r.during.percentile(99.9) * 1000, 2) for r in runs]),
         "totalSeconds": spread([round(r.total_seconds, 3) for r in runs]),
         "p50MsBefore": spread([round(r.before.percentile(50) * 1000, 2) for r in runs]),
         "p99MsBefore": spread([round(r.before.percentile(99) * 1000, 2) for r in runs]),
@@ -302,6 +344,11 @@ def summary(runs: list[RollRun]) -> dict[str, Any]:
         out["leaderlessGapParts"] = {
             p: spread([r.gap_parts[p] for r in runs if p in r.gap_parts]) for p in part_names
         }
+    reports = [r.report for r in runs if r.report]
+    steps = sorted({k for report in reports for k in report.get("durations") or {}})
+    if steps:  # the roll report's own durations (probe, flip, oldExit, ...)
+        durations = [report.get("durations") or {} for report in reports]
+        out["rollDurations"] = {k: spread([d[k] for d in durations if k in d]) for k in steps}
     shares = [r.report["durations"].get("operatorShare") for r in runs if r.report]
     if shares and None not in shares:
         out["operatorShareSeconds"] = spread([float(s) for s in shares if s is not None])

@@ -1,13 +1,16 @@
 """`make bench-scale`: N shards changed at once, and what the operator and the machine pay for it.
 
-For each N in SHARDS (default "10 25 50"), on a fresh stack (real control plane, stand-in kcp): create N
-shards, wait until all are Ready, then patch every shard's spec at once (concurrently) and wait until
-each one's last roll is for the new generation. Records the wall time (first patch to last roll's end),
-the operator's peak RSS, CPU seconds and API requests (kube-apiserver's audit log) per roll, the spread
-of the rolls' operatorShare and total, and the machine: the stack's processes' RSS by kind at the peak
-seen (sampled every second during the rolls), their CPU seconds by kind and the load average. A step
-that does not finish in time is recorded as the N's failure (the shards left and their conditions) and
-stops the larger Ns; a roll that ended otherwise than Succeeded is recorded, and the next N runs.
+For each N in SHARDS (default "10 25 50"), on a fresh stack (the real control plane and the real node, the
+pods in containers, the stand-in kcp from the test image; `bench_stack.py`): create N shards, wait until
+all are Ready, then patch every shard's spec at once (concurrently) and wait until each one's last roll
+is for the new generation. Records the wall time (first patch to last roll's end), the operator's peak
+RSS, CPU seconds and API requests (kube-apiserver's audit log) per roll, the spread of the rolls'
+operatorShare and total, and the machine: the stack's processes' RSS by kind (in all and per process:
+a slot agent's is per slot) at the peak seen (sampled every second during the rolls), their CPU seconds
+by kind and the load average. An N whose rolling pods exceed the node's pod capacity (the kubelet's
+maxPods) is recorded as not fitting, not run. A step that does not finish in time is recorded as the N's
+failure (the shards left and their conditions) and stops the larger Ns; a roll that ended otherwise
+than Succeeded is recorded, and the next N runs.
 Figures, not assertions; writes .bench/scale.json.
 """
 
@@ -15,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import dataclasses
 import json
 import os
 import statistics
@@ -27,105 +29,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from api_requests import FAST_KCP, AuditLog, find_audit
+from api_requests import AuditLog
+from bench_machine import Machine, cpu_seconds, peak_rss_mib
+from bench_stack import bench_stack, find_audit, stand_in_kcp
 
-from kcpshard.k8s.api import KCPSHARDS
+from kcpshard.k8s.api import KCPSHARDS, NODES, PODS
 from kcpshard_testkit import scenario
 from kcpshard_testkit.controlplane import AUDIT_ENV
-from kcpshard_testkit.kcpbin import make_kcp
-from kcpshard_testkit.stack import Stack, processes_under, running_stack
+from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-TICK = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
-MIB = 1024 * 1024
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def kind_of(pid: int, args: list[bytes], operator_pid: int) -> str:
-    exe = os.path.basename(args[0]).decode(errors="replace")
-    if pid == operator_pid:
-        return "operator"
-    if any(a.endswith(b"kcpshard-fake-kcp") for a in args):
-        return "stand-in kcp"
-    if b"agent" in args:
-        return "slot agent" if b"slot" in args else "front agent" if b"front" in args else "other agent"
-    if exe.startswith("haproxy"):
-        return "haproxy"
-    if b"dev" in args and b"up" in args:
-        return "devenv + runner"
-    return exe if exe in ("kube-apiserver", "etcd", "kube-controller-manager") else "other"
-
-
-@dataclasses.dataclass
-class Machine:
-    """The stack's processes, sampled: RSS by kind at the peak total, CPU seconds by kind since `start`."""
-
-    workdir: Path
-    operator_pid: int
-    kinds: dict[int, str] = dataclasses.field(default_factory=dict)
-    cpu_base: dict[int, float] = dataclasses.field(default_factory=dict)
-    cpu_last: dict[int, float] = dataclasses.field(default_factory=dict)
-    peak_mib: float = 0.0
-    peak_by_kind: dict[str, float] = dataclasses.field(default_factory=dict)
-    count_by_kind: dict[str, int] = dataclasses.field(default_factory=dict)
-    load_max: float = 0.0
-    available_min_mib: float = float("inf")
-    primed: bool = False  # after the first sample, a new pid started during the rolls: all its CPU counts
-
-    def sample(self) -> None:
-        rss: collections.defaultdict[str, float] = collections.defaultdict(float)
-        count: collections.Counter[str] = collections.Counter()
-        for pid in {self.operator_pid, *processes_under(self.workdir)}:
-            if pid not in self.kinds:
-                args = scenario.argv(pid)
-                if not args or not args[0]:
-                    continue
-                self.kinds[pid] = kind_of(pid, args, self.operator_pid)
-            try:
-                cpu = cpu_seconds(pid)
-                pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            self.cpu_base.setdefault(pid, 0.0 if self.primed else cpu)
-            self.cpu_last[pid] = cpu
-            rss[self.kinds[pid]] += pages * PAGE / MIB
-            count[self.kinds[pid]] += 1
-        if sum(rss.values()) > self.peak_mib:
-            self.peak_mib = sum(rss.values())
-            self.peak_by_kind = {k: round(v, 1) for k, v in sorted(rss.items(), key=lambda kv: -kv[1])}
-            self.count_by_kind = dict(count.most_common())
-        self.load_max = max(self.load_max, float(Path("/proc/loadavg").read_text().split()[0]))
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                self.available_min_mib = min(self.available_min_mib, int(line.split()[1]) / 1024)
-
-    def first(self) -> None:
-        self.sample()
-        self.primed = True
-
-    def cpu_by_kind(self) -> dict[str, float]:
-        spent: collections.defaultdict[str, float] = collections.defaultdict(float)
-        for pid, last in self.cpu_last.items():
-            spent[self.kinds[pid]] += last - self.cpu_base[pid]
-        return {k: round(v, 1) for k, v in sorted(spent.items(), key=lambda kv: -kv[1])}
-
-    async def run(self, interval: float = 1.0) -> None:
-        while True:
-            self.sample()
-            await asyncio.sleep(interval)
+PODS_PER_ROLLING_SHARD = 3  # the front's pod and both slots' while the shard rolls
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -157,7 +72,9 @@ async def wait_all(
     shards: dict[str, dict[str, Any]] = {}
 
     async def all_done() -> bool:
-        listed = await stack.api.list(KCPSHARDS, scenario.NAMESPACE)
+        # an operator that exited (e.g. at import) makes no progress: say so now, not at the timeout
+        assert stack.operator is None or stack.operator.popen.poll() is None, f"see {stack.operator.log}"
+        listed = await stack.api.list(KCPSHARDS, stack.namespace)
         shards.update({s["metadata"]["name"]: s for s in listed["items"]})
         for name in done:
             if done[name] is None and name in shards and probe_done(shards[name]):
@@ -166,11 +83,25 @@ async def wait_all(
 
     try:
         await wait_for(what, all_done, timeout=timeout, interval=1.0)
-    except TimeoutError as exc:
+    except (TimeoutError, AssertionError) as exc:
+        reason = str(exc) if isinstance(exc, TimeoutError) else f"the operator exited: {exc}"
         pending = sorted(name for name, v in done.items() if v is None)
         first = where(shards[pending[0]]) if pending[0] in shards else {"shard": pending[0]}
-        return {"what": str(exc), "pending": pending, **first}
+        return {"what": reason, "pending": pending, **first}
     return None
+
+
+async def _pods_short(stack: Stack, shards: int) -> dict[str, Any] | None:
+    """None if `shards` rolling at once fit the node's pod capacity (the kubelet's maxPods), else why not:
+    a pod over it waits Pending, and so would its roll."""
+    node = await stack.api.get(NODES, None, stack.info.node)
+    capacity = int(node["status"]["allocatable"]["pods"])
+    pods = (await stack.api.list(PODS, None, field_selector=f"spec.nodeName={stack.info.node}"))["items"]
+    used = sum(1 for pod in pods if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+    need = PODS_PER_ROLLING_SHARD * shards
+    if used + need <= capacity:
+        return None
+    return {"what": f"{shards} shards rolling need {need} pods; the node takes {capacity} ({used} in use)"}
 
 
 def ready(shard: dict[str, Any]) -> bool:
@@ -185,11 +116,15 @@ def ready(shard: dict[str, Any]) -> bool:
 async def scale_run(workdir: Path, shards: int) -> dict[str, Any]:
     result: dict[str, Any] = {"shards": shards, "allSucceeded": False}
     clock = time.monotonic()
-    async with running_stack(workdir, api="real") as stack:
+    async with bench_stack(workdir) as stack:
         assert stack.operator is not None
         operator_pid = stack.operator.popen.pid
+        short = await _pods_short(stack, shards)
+        if short:
+            result["failure"] = short
+            return result
         audit = AuditLog(find_audit(workdir))
-        kcp = {"version": "v0.32.1", "binary": make_kcp(workdir / "bin", "kcp-1", rsa_bits=FAST_KCP)}
+        kcp = stand_in_kcp(stack)
         names = [f"shard{i:02d}" for i in range(shards)]
         for name in names:
             await scenario.create_shard(stack, name, kcp=kcp)
@@ -201,16 +136,17 @@ async def scale_run(workdir: Path, shards: int) -> dict[str, Any]:
             return result
         before = {n: (s["status"].get("lastRoll") or {}).get("timestamps") for n, s in ready_shards.items()}
 
-        machine = Machine(workdir, operator_pid)
-        machine.first()
-        sampler = asyncio.create_task(machine.run())
+        machine = Machine(stack, operator_pid)
+        await machine.first()
+        stop_sampling = asyncio.Event()
+        sampler = asyncio.create_task(machine.run(stop_sampling))
         cpu0 = cpu_seconds(operator_pid)
         log_offset = stack.operator.log.stat().st_size
         audit.mark()
         started = time.time()
         patched = await asyncio.gather(
             *(
-                stack.api.patch(KCPSHARDS, scenario.NAMESPACE, n, {"spec": {"extraArgs": ["-v=1"]}})
+                stack.api.patch(KCPSHARDS, stack.namespace, n, {"spec": {"extraArgs": ["-v=1"]}})
                 for n in names
             )
         )
@@ -229,8 +165,9 @@ async def scale_run(workdir: Path, shards: int) -> dict[str, Any]:
 
         rolls: dict[str, Any] = dict.fromkeys(names)
         failure = await wait_all(stack, f"{shards} rolls", rolls, 300 + 20 * shards, rolled)
-        sampler.cancel()
-        machine.sample()
+        stop_sampling.set()
+        await sampler
+        await asyncio.to_thread(machine.sample)
         cpu = cpu_seconds(operator_pid) - cpu0
         requests = audit.since_mark().counts
         result["operatorRssMiB"] = round(peak_rss_mib(operator_pid), 1)
@@ -267,6 +204,8 @@ async def scale_run(workdir: Path, shards: int) -> dict[str, Any]:
             "leaseStandbys": standbys,
             "peakRssMiBByKind": machine.peak_by_kind,
             "processesByKind": machine.count_by_kind,
+            # per process of each kind at that peak: a slot agent's is per slot, a front agent's per shard
+            "rssMiBPerProcessByKind": machine.per_process_by_kind,
             "cpuSecondsByKind": machine.cpu_by_kind(),
             "loadAverageMax": machine.load_max,
             "memAvailableMinMiB": round(machine.available_min_mib),
@@ -286,7 +225,11 @@ def _row(r: dict[str, Any]) -> str:
         v = r.get(key) or {}
         return f"{v['min']:.2f} / {v['median']:.2f} / {v['max']:.2f}" if v else ""
 
-    kinds = ", ".join(f"{k} {v:.0f}" for k, v in (r.get("peakRssMiBByKind") or {}).items())
+    each = r.get("rssMiBPerProcessByKind") or {}
+    kinds = ", ".join(
+        f"{k} {v:.0f} ({each[k]['mean']:.0f} each)" if k in each else f"{k} {v:.0f}"
+        for k, v in (r.get("peakRssMiBByKind") or {}).items()
+    )
     cpu = ", ".join(f"{k} {v:.0f}" for k, v in list((r.get("cpuSecondsByKind") or {}).items())[:4])
     fail = json.dumps(r["failure"]) if r.get("failure") else ""
     cells = [r["shards"], r["allSucceeded"], r.get("wallSeconds", ""), r.get("operatorRssMiB", "")]
@@ -299,7 +242,7 @@ def table(results: list[dict[str, Any]]) -> str:
     header = (
         "| shards | all succeeded | wall s | operator peak RSS MiB | operator CPU s | CPU s per roll "
         "| requests per roll | operatorShare s min/median/max | total s min/median/max "
-        "| peak RSS MiB by kind | CPU s by kind | run s | first failure |"
+        "| peak RSS MiB by kind (per process) | CPU s by kind | run s | first failure |"
     )
     return "\n".join([header, "|---" * 13 + "|", *(_row(r) for r in results)])
 

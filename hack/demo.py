@@ -128,7 +128,7 @@ async def demo(workdir: Path) -> None:
         "the kubelet, and the operator as deploy/base's Deployment"
     )
     node = NodeImages(tars=(product.tar, test.tar), operator=product.name)
-    async with running_stack(workdir, api="real", node=node) as stack:
+    async with running_stack(workdir, node=node) as stack:
         print(f"KUBECONFIG={stack.info.kubeconfig}  (up in {stack.info.start_seconds:.1f} s)")
         show(stack, "get", "nodes", "-o", "wide")
         front_port = free_port()

@@ -149,6 +149,7 @@ def kubelet_config(
         "containerRuntimeEndpoint": f"unix://{runtime}",
         # This machine mounts cgroup v1; the kubelet refuses it unless told otherwise.
         "cgroupDriver": "cgroupfs",
+        "maxPods": 250,  # the scale bench: 50 shards rolling run 150 pods (a front, two slots each)
         "failCgroupV1": False,
         "failSwapOn": False,
         "cgroupRoot": cgroup_root,
