@@ -87,7 +87,7 @@ def _start(binary: str, root: Path, etcd: str, prefix: str, log: Path) -> tuple[
         f"--etcd-prefix={prefix}",
         "--enable-leader-election",
         f"--shutdown-delay-duration={SHUTDOWN_DELAY}s",
-        "--shutdown-send-retry-after=true",
+        "--shutdown-send-retry-after=false",  # as the operator passes it
     ]
     begin = time.monotonic()
     kcp = KcpProcess(root, args, log_path=log).start()
