@@ -80,7 +80,9 @@ async def test_probe_clears_leftovers_then_probes() -> None:
     outcome = await probe_handlers.probe(
         act_context(RecordingApi(), kcp), Probe(URL, "kcpshard-probe-r", 9.0)
     )
-    assert outcome == ProbeReady("kcpshard-probe-r-abc123", 0.5)
+    at = "2026-12-01T12:00:00.000000Z"  # the fake's workspace was created and Ready then
+    stamps = (("probeCreated", at), ("probeWorkspaceReady", at))
+    assert outcome == ProbeReady("kcpshard-probe-r-abc123", 0.5, stamps=stamps)
     assert kcp.calls == [
         ("delete_workspaces", "kcpshard-probe-"),
         ("probe", "kcpshard-probe-r", 9.0),

@@ -25,6 +25,8 @@ BLUE_GREEN = stamps(
     flipped=7.5,
     oldExited=10.5,
     leaseHandedOver=11.5,
+    probeCreated=11.75,
+    probeWorkspaceReady=12.5,
     probed=13,
     drained=15,
     finished=16,
@@ -53,6 +55,9 @@ def test_blue_green_durations() -> None:
         "oldExit": 3.0,
         "leaseHandover": 1.0,
         "probe": 1.5,
+        "probeCreate": 0.25,  # the probe in its parts: reaching kcp and creating the workspace,
+        "probeWorkspaceReady": 0.75,  # kcp's controllers making it Ready,
+        "probeDelete": 0.5,  # deleting it and seeing it gone
         "drain": 2.0,
         "total": 16.0,
     }
@@ -94,7 +99,7 @@ def test_every_step_but_the_last_stamps_its_end() -> None:
 
 def test_report_spans_read_only_stamps_that_are_written() -> None:
     # "started" comes with the roll, "slotStarting" on entering Starting, "finished" at its end
-    written = set(plan.LEAVE_STAMP.values()) | {"started", "slotStarting", "finished"}
+    written = set(plan.LEAVE_STAMP.values()) | {"started", "slotStarting", "finished", *plan.PROBE_STAMPS}
     read = {name for _, starts, end in plan.REPORT_SPANS for name in (*starts, end)}
     assert read <= written
     assert plan.LEAVE_STAMP[Step.BACKING_UP] == "backedUp"

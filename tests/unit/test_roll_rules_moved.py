@@ -216,11 +216,11 @@ def test_no_new_holder_in_time_fails_the_roll_naming_the_new_slots_job() -> None
 @pytest.mark.parametrize(("from_slot", "step"), [("a", Step.DRAINING), (None, Step.RETIRING)])
 def test_a_ready_probe_marks_the_slot_and_moves_on(from_slot: str | None, step: Step) -> None:
     ro = rollout(Step.PROBING, from_slot=from_slot)
-    action = plan.next_action(seen(ro, slot(B, port=1)), ProbeReady("ws-1", 0.5))
+    stamps = (("probeCreated", "t1"), ("probeWorkspaceReady", "t2"))
+    action = plan.next_action(seen(ro, slot(B, port=1)), ProbeReady("ws-1", 0.5, stamps=stamps))
     message = "workspace ws-1 became Ready in 0.50s and was deleted"
-    assert action == Advance(
-        step, message, marks=(SlotMark("b", "Probed", "True", "WorkspaceReady", message),)
-    )
+    mark = SlotMark("b", "Probed", "True", "WorkspaceReady", message)
+    assert action == Advance(step, message, marks=(mark,), stamps=stamps)  # the report's probe parts
 
 
 def test_a_probe_not_ready_fails_the_roll() -> None:

@@ -197,6 +197,20 @@ async def test_advance_of_a_step_already_left_writes_nothing() -> None:
     assert api.writes() == []
 
 
+async def test_advance_records_the_stamps_seen_inside_the_step() -> None:
+    api = RecordingApi()
+    w, _ = writer(api)
+    obs = during(api, rollout(Step.PROBING))
+    stamps = (
+        ("probeCreated", "2026-12-01T12:00:00.100000Z"),
+        ("probeWorkspaceReady", "2026-12-01T12:00:00.700000Z"),
+    )
+    await w.advance(obs, Advance(Step.DRAINING, "probed", stamps=stamps))
+    written = status(api)["rollout"]["timestamps"]
+    assert {k: written[k] for k in ("probeCreated", "probeWorkspaceReady")} == dict(stamps)
+    assert "probed" in written
+
+
 async def test_flip_writes_the_record_and_the_desired_backend_together() -> None:
     api = RecordingApi()
     w, events = writer(api)

@@ -35,6 +35,7 @@ from kcpshard.k8s.api import (
     NotFound,
     ResourceRef,
 )
+from kcpshard.kcp import flags as kcp_flags
 from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.actions import Step
 from kcpshard.roll.observed import (
@@ -150,8 +151,12 @@ class Observer:
             return RootShardView(ref.name, found=False)
         active = (root.get("status") or {}).get("activeSpec") or {}
         version = (active.get("kcp") or {}).get("version")
+        served, _ = _parse_spec(active or root.get("spec"), "activeSpec")
         return RootShardView(
-            ref.name, found=True, serving_version=version if isinstance(version, str) else None
+            ref.name,
+            found=True,
+            serving_version=version if isinstance(version, str) else None,
+            front_url=kcp_flags.front_url(served) if served is not None else None,
         )
 
     async def _exists(self, ref: ResourceRef, name: str) -> bool:

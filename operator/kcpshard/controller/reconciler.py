@@ -64,7 +64,12 @@ class ShardReconciler:
         connect = connect or connector(api, namespace, name)
         self.observer = Observer(api, namespace, name, config, index or ShardIndex(), connect, logger)
         writer = StatusWriter(api, namespace, name, logger, events)
-        self.dispatcher = Dispatcher(ActContext(api, namespace, name, config, connect, logger), writer)
+
+        def kcp_of(shard: str) -> KcpConnect:
+            return connector(api, namespace, shard)
+
+        context = ActContext(api, namespace, name, config, connect, logger, kcp_of)
+        self.dispatcher = Dispatcher(context, writer)
         self._lock: ShardLock | None = None
 
     async def run(self, stopped: asyncio.Event) -> None:

@@ -153,6 +153,7 @@ def advance(rollout: RolloutStatus, action: Advance, generation: int, at: str) -
         stamps = current.setdefault("timestamps", {})
         if stamp:
             stamps[stamp] = at
+        stamps.update(action.stamps)
         if action.step is Step.STARTING:
             stamps.setdefault("slotStarting", at)
         if action.backup is not None:

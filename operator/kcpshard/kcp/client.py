@@ -185,13 +185,19 @@ class KcpClient:
 
     # workspaces
 
-    async def create_workspace(self, name: str) -> dict[str, Any]:
-        """Create a workspace in root; an existing one of that name is returned as is (idempotent)."""
+    async def create_workspace(self, name: str, location: str | None = None) -> dict[str, Any]:
+        """Create a workspace in root; an existing one of that name is returned as is (idempotent).
+
+        `location`: the kcp shard to place it on, by the `name` label kcp gives each Shard object.
+        """
+        spec: dict[str, Any] = {}
+        if location is not None:
+            spec["location"] = {"selector": {"matchLabels": {"name": location}}}
         body = {
             "apiVersion": "tenancy.kcp.io/v1alpha1",
             "kind": "Workspace",
             "metadata": {"name": name, "annotations": {OWNER_ANNOTATION: PROBE_OWNER}},
-            "spec": {},
+            "spec": spec,
         }
         resp = await self._request("POST", WORKSPACES_PATH, body=body)
         if resp.status_code == 409:
@@ -250,18 +256,21 @@ class KcpClient:
                 return False
             await asyncio.sleep(poll)
 
-    async def probe(self, name_prefix: str, timeout: float, poll: float = 0.2) -> ProbeResult:
+    async def probe(
+        self, name_prefix: str, timeout: float, poll: float = 0.2, location: str | None = None
+    ) -> ProbeResult:
         """Create a workspace, wait until Ready, delete it and wait until it is gone (within `timeout`).
 
         Proves the controllers run (only the leader moves a workspace to Ready). The workspace is deleted
-        on failure too. `gone` is False when it still existed (finalizers) at the deadline.
+        on failure too. `gone` is False when it still existed (finalizers) at the deadline. `location`
+        places it on that kcp shard, whose controllers then initialize it.
         """
         name = f"{name_prefix}-{secrets.token_hex(3)}"
         if len(name) > 63:
             raise ValueError(f"probe name prefix {name_prefix!r} is too long (max 56 characters)")
         start, started_at = time.monotonic(), datetime.now(UTC)
         try:
-            await self.create_workspace(name)
+            await self.create_workspace(name, location)
             created, created_at = time.monotonic(), datetime.now(UTC)
             _, phases = await self._wait_ready(name, max(0.0, timeout - (created - start)), poll)
             ready, ready_at = time.monotonic(), datetime.now(UTC)

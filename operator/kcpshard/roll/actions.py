@@ -20,6 +20,9 @@ RESYNC_SECONDS = 10.0
 
 # The name prefix of probe workspaces; a leftover of a cut-short probe is found by it.
 PROBE_PREFIX = "kcpshard-probe-"
+# A non-root shard's probe workspaces (made in its root shard's `root`), followed by a digest of the
+# shard's kcp name: a root's clean-up by PROBE_PREFIX never deletes another shard's probe under way.
+SHARD_PROBE_PREFIX = "kcpshard-shard-probe-"
 
 
 class Step(enum.StrEnum):
@@ -194,6 +197,7 @@ class Advance(Action):
     active_spec: Mapping[str, Any] | None = None
     publish_admin: bool = False
     warning: tuple[str, str] | None = None  # a Warning Event (reason, message) besides the step's own
+    stamps: tuple[tuple[str, str], ...] = ()  # report timestamps seen inside the step (the probe's)
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,17 @@ class FreeLease(Action):
 
 
 @dataclass(frozen=True)
+class ProbeVia:
+    """Where a non-root shard's probe workspace is made: kcp serves the `root` workspace only on the root
+    shard, so the workspace is created there and placed on this shard by its Shard's `name` label."""
+
+    shard: str  # the root's KcpShard: its front and its shard-admin credentials
+    url: str  # the root's front
+    location: str  # this shard's kcp name (kcp labels its Shard object `name: <shard name>`)
+    leftovers: str  # the name prefix of this shard's probe workspaces, for the clean-up
+
+
+@dataclass(frozen=True)
 class Probe(Action):
     """Create a workspace, wait until it is Ready, delete it: proves kcp's controllers work."""
 
@@ -266,6 +281,7 @@ class Probe(Action):
     timeout: float
     # The kcp version that no longer reads the `identitycache` ConfigMap: delete it (None: keep it).
     stale_identity_cache: str | None = None
+    via: ProbeVia | None = None  # a non-root shard's probe, through its root shard
 
 
 @dataclass(frozen=True)

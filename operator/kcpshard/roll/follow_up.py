@@ -55,7 +55,7 @@ def follow_up(obs: Observed, outcome: Outcome) -> Action:
         )
     if isinstance(outcome, ProbeReady):
         ready = f"workspace {outcome.workspace} became Ready in {outcome.ready_seconds:.2f}s"
-        return steps.probed(rollout, f"{ready} and was deleted")
+        return steps.probed(rollout, f"{ready} and was deleted", outcome.stamps)
     if isinstance(outcome, ProbeNotReady):
         return failure_action(
             obs,

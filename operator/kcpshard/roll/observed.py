@@ -188,6 +188,8 @@ class RootShardView:
     name: str
     found: bool
     serving_version: str | None = None  # the kcp version its active slot runs; None before it serves
+    # Its front (kcp's base URL of the root shard): a non-root shard's probe creates its workspace there.
+    front_url: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

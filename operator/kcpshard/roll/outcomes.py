@@ -55,6 +55,10 @@ class NoNewHolder(Outcome):
     detail: str
 
 
+# Stamped inside the probe step (by the operator's kcp client): the workspace created, and Ready.
+PROBE_STAMPS = ("probeCreated", "probeWorkspaceReady")
+
+
 @dataclass(frozen=True)
 class ProbeReady(Outcome):
     """The probe workspace became Ready and was deleted."""
@@ -62,6 +66,8 @@ class ProbeReady(Outcome):
     workspace: str
     ready_seconds: float
     identity_cache_deleted: bool = False
+    # When the workspace was created and became Ready (cond.precise): the probe's parts in the report
+    stamps: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

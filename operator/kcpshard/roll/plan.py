@@ -56,7 +56,7 @@ from kcpshard.roll.observed import (
     ShardOnly,
     SlotView,
 )
-from kcpshard.roll.outcomes import Outcome
+from kcpshard.roll.outcomes import PROBE_STAMPS, Outcome
 from kcpshard.roll.report import LEAVE_STAMP, REPORT_SPANS, RETRY_ANNOTATION, durations
 from kcpshard.roll.rollout import expected_revision
 from kcpshard.roll.route import after_flip
@@ -66,6 +66,7 @@ from kcpshard.roll.validity import invalid
 # The roll's one entry for the loop and the tests: its functions, and the types and helpers it decides with.
 __all__ = [
     "LEAVE_STAMP",
+    "PROBE_STAMPS",
     "REPORT_SPANS",
     "RESYNC_SECONDS",
     "RETRY_ANNOTATION",

@@ -36,6 +36,11 @@ REPORT_SPANS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # From whichever came last: blue/green stops the old slot after the flip, Single before the start.
     ("leaseHandover", ("flipped", "oldExited"), "leaseHandedOver"),
     ("probe", ("leaseHandedOver",), "probed"),
+    # The probe in its parts: reaching kcp and creating the workspace, kcp's controllers making it
+    # Ready, deleting it and seeing it gone.
+    ("probeCreate", ("leaseHandedOver",), "probeCreated"),
+    ("probeWorkspaceReady", ("probeCreated",), "probeWorkspaceReady"),
+    ("probeDelete", ("probeWorkspaceReady",), "probed"),
     ("drain", ("probed",), "drained"),
     ("outage", ("oldExited",), "flipped"),
     ("total", ("started",), "finished"),

@@ -7,20 +7,23 @@ roll started.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import signal
 
-from kcpshard.api.models import RolloutStatus, Shape, SlotName
+from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName
 from kcpshard.k8s import names
 from kcpshard.kcp.flags import BACKUP_NEEDS_ETCD, front_url
 from kcpshard.roll import ending, lease, promotion
 from kcpshard.roll.actions import (
     PROBE_PREFIX,
+    SHARD_PROBE_PREFIX,
     Action,
     Advance,
     CreateSlot,
     DeleteSlot,
     Flip,
     Probe,
+    ProbeVia,
     ReadKcpLease,
     RequestDrain,
     SlotMark,
@@ -276,20 +279,33 @@ def handing_over(obs: Observed, rollout: RolloutStatus) -> Action:
     return lease.hand_over(reading, rollout, url, obs.now, until)
 
 
+def probe_via(obs: Observed, spec: KcpShardSpec) -> ProbeVia | None:
+    """A non-root shard hosts no `root` workspace (real kcp answers 404 there), so its probe workspace is
+    made in `root` on its root shard and placed on this shard; None for a root shard, or a non-root one
+    whose root is not known (its probe goes through its own front, as a root's does)."""
+    root = obs.root_shard
+    if spec.shard.root or root is None or not root.found or not root.front_url:
+        return None
+    digest = hashlib.sha256(spec.shard.name.encode()).hexdigest()[:6]
+    return ProbeVia(root.name, root.front_url, spec.shard.name, f"{SHARD_PROBE_PREFIX}{digest}-")
+
+
 def probing(obs: Observed, rollout: RolloutStatus) -> Action:
     spec, runs = roll_spec(obs), slot_spec(obs, rollout)
     until = deadline(rollout, spec.roll.probe_timeout_seconds)
+    via = probe_via(obs, spec)
     return Probe(
         front_url(spec),
-        prefix=f"{PROBE_PREFIX}{rollout.target_revision[:8]}",
+        prefix=f"{via.leftovers if via else PROBE_PREFIX}{rollout.target_revision[:8]}",
         timeout=max((until - obs.now).total_seconds(), 0.1),
         stale_identity_cache=runs.kcp.version if identity_cache_stale(runs) else None,
+        via=via,
     )
 
 
-def probed(rollout: RolloutStatus, message: str) -> Advance:
+def probed(rollout: RolloutStatus, message: str, stamps: tuple[tuple[str, str], ...] = ()) -> Advance:
     mark = SlotMark(rollout.to_slot, "Probed", "True", "WorkspaceReady", message)
-    return Advance(next_step(rollout, Step.PROBING), message, marks=(mark,))
+    return Advance(next_step(rollout, Step.PROBING), message, marks=(mark,), stamps=stamps)
 
 
 def draining(obs: Observed, rollout: RolloutStatus) -> Action:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,8 @@ class ActContext:
     config: OperatorConfig
     kcp: KcpConnect
     logger: Logger
+    # The way to another KcpShard's kcp (a non-root shard's probe goes through its root shard).
+    kcp_of: Callable[[str], KcpConnect] | None = None
 
 
 async def create_once(ctx: ActContext, ref: ResourceRef, body: Mapping[str, Any]) -> None:

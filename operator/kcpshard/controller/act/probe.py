@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
+from kcpshard.api import conditions as cond
 from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.kcp_access import NoRootMaterial
 from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.actions import PROBE_PREFIX, Probe
-from kcpshard.roll.outcomes import Failed, ProbeNotReady, ProbeReady
+from kcpshard.roll.outcomes import PROBE_STAMPS, Failed, ProbeNotReady, ProbeReady
 
 
 async def probe(ctx: ActContext, action: Probe) -> ProbeReady | ProbeNotReady | Failed:
+    via = action.via
+    # A non-root shard's probe workspace is made on its root shard, as the root's shard-admin.
+    connect = ctx.kcp_of(via.shard) if via is not None and ctx.kcp_of is not None else ctx.kcp
     try:
-        async with await ctx.kcp(action.url) as kcp:
+        async with await connect(via.url if via is not None else action.url) as kcp:
             # An operator stopped during an earlier probe left its workspace behind: remove it first.
-            for leftover in await kcp.delete_workspaces(PROBE_PREFIX):
+            for leftover in await kcp.delete_workspaces(via.leftovers if via is not None else PROBE_PREFIX):
                 ctx.logger.info(f"deleted the leftover probe workspace {leftover}")
             try:
-                result = await kcp.probe(action.prefix, timeout=action.timeout)
+                if via is None:
+                    result = await kcp.probe(action.prefix, timeout=action.timeout)
+                else:
+                    result = await kcp.probe(action.prefix, timeout=action.timeout, location=via.location)
             except KcpError as exc:
                 return ProbeNotReady(action.timeout, str(exc))
-            cleaned = False
-            if action.stale_identity_cache is not None:
-                cleaned = await kcp.delete_configmap("system:shard", "default", "identitycache")
+        cleaned = False
+        if action.stale_identity_cache is not None:  # the shard's own system:shard, through its own front
+            async with await ctx.kcp(action.url) as own:
+                cleaned = await own.delete_configmap("system:shard", "default", "identitycache")
     except NoRootMaterial as exc:
         return Failed("NoRootMaterial", str(exc))
-    return ProbeReady(result.name, result.ready_seconds, identity_cache_deleted=cleaned)
+    stamps = tuple(
+        zip(PROBE_STAMPS, (cond.precise(result.created_at), cond.precise(result.ready_at)), strict=True)
+    )
+    return ProbeReady(result.name, result.ready_seconds, identity_cache_deleted=cleaned, stamps=stamps)
