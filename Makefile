@@ -29,9 +29,10 @@ pytest: bootstrap tools image test-image
 test: lint typecheck pytest
 
 # On a real node (containerd, kubelet) with the operator in a container of `make image`; the stand-in kcp,
-# or with REAL=1 real kcp (v0.30.0 -> v0.31.2) from `make tools`, put on the node as the README says.
+# or with REAL=1 real kcp (v0.30.0 -> v0.31.2) from `make tools`, put on the node as the README says;
+# FLEET=1: a sharded kcp (root, two shards, kcp's cache server and front-proxy) upgraded from one apply.
 demo: bootstrap tools image test-image
-	REAL=$(REAL) $(BIN)/python hack/demo.py
+	FLEET=$(FLEET) REAL=$(REAL) $(BIN)/python hack/demo.py
 
 bench: bootstrap tools
 	$(BIN)/python hack/bench.py

@@ -6,7 +6,8 @@ examples/kcpshard.yaml with the real kubectl, waits until the shard serves throu
 spec, shows the roll as it advances, prints the roll report, and shuts everything down.
 `REAL=1` (`make demo REAL=1`) rolls real kcp from v0.30.0 to v0.31.2, its binaries put where the README
 tells users to (/var/lib/kcpshard/bin/kcp-<version>, the slots' hostPath). Otherwise the stand-in kcp
-(from the test image) rolls v0.32.1 -> v0.32.2.
+(from the test image) rolls v0.32.1 -> v0.32.2. `FLEET=1` upgrades a sharded kcp on real binaries instead
+(hack/demo_fleet.py).
 """
 
 from __future__ import annotations
@@ -187,6 +188,10 @@ async def _served(load: KubeStyleLoad) -> bool:
 
 
 def main() -> int:
+    if os.environ.get("FLEET") == "1":  # `make demo FLEET=1`: a sharded kcp upgraded from one apply
+        import demo_fleet
+
+        return demo_fleet.main()
     workdir = Path(os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="kcpshard-demo-"))
     try:
         asyncio.run(demo(workdir))

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real parts the tests run on, from their Go modules, with the go.mod files beside
 # this script: kube-apiserver and kube-controller-manager, etcd and etcdctl 3.6, kcp (two
-# minors: v0.31.2 and v0.30.0), kine, kstatus (a checker of Flux's health rule), argocd-lua (Argo
-# CD's Lua VM and argocd-cm parser, which run our Argo CD health checks), promtool (Prometheus' rule
-# checker) and helm (renders and installs the chart). Each binary
+# minors: v0.31.2 and v0.30.0) and its cache-server and kcp-front-proxy (v0.31.2), kine, kstatus
+# (a checker of Flux's health rule), argocd-lua (Argo CD's Lua VM and argocd-cm parser, which run
+# our Argo CD health checks), promtool (Prometheus' rule checker) and helm (renders and installs
+# the chart). Each binary
 # is built once per key (its module's go.mod/go.sum, our mains, the build line and the Go
 # version) into a cache outside the checkout, and linked into
 # hack/tools/bin. A part that fails to build is reported with its module and error; the others
@@ -54,6 +55,9 @@ tools() {
   # (kcp/go.mod says why v0.31.2 is the newest, kcp-0.30/go.mod what the older minor needed)
   echo "kcp|kcp|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.35.1+kcp-v0.31.2)|v0.31.2"
   echo "kcp-v0.30|kcp-0.30|github.com/kcp-dev/kcp/cmd/kcp|0||$(kube_ldflags v1.34.2+kcp-v0.30.0)|v0.30.0"
+  # kcp's cache server and front-proxy (a sharded kcp: tests/e2e/test_real_fleet.py), same module and flags
+  echo "cache-server|kcp|github.com/kcp-dev/kcp/cmd/cache-server|0||$(kube_ldflags v1.35.1+kcp-v0.31.2)|v0.31.2"
+  echo "kcp-front-proxy|kcp|github.com/kcp-dev/kcp/cmd/kcp-front-proxy|0||$(kube_ldflags v1.35.1+kcp-v0.31.2)|v0.31.2"
   # kine's scripts/build: cgo with mattn/go-sqlite3
   echo "kine|kine|github.com/k3s-io/kine|1|sqlite_unlock_notify|-s -w|v0.17.5"
   # Flux's health rule, computed by sigs.k8s.io/cli-utils' kstatus (tests/process/test_kstatus.py)
