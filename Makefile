@@ -21,7 +21,8 @@ typecheck: bootstrap
 	$(BIN)/mypy
 
 # Two workers (the machines have two cores; the end-to-end tests mostly wait on clusters). A test module
-# stays on one worker: tests/node shares one cluster with a real node per module. PYTEST_WORKERS=0: serial.
+# stays on one worker: tests/node starts a cluster with a real node per module (its tests break it), the
+# e2e tests share one per worker. PYTEST_WORKERS=0: serial.
 PYTEST_WORKERS ?= 2
 pytest: bootstrap tools image test-image
 	$(BIN)/pytest --durations=25 -n $(PYTEST_WORKERS) --dist loadfile

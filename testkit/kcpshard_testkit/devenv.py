@@ -32,11 +32,10 @@ from kcpshard_testkit.controlplane import ControlPlane
 from kcpshard_testkit.etcd import EtcdServer
 from kcpshard_testkit.identity import Token, ca_pem, keep_fresh, request_token, write_token_kubeconfig
 from kcpshard_testkit.image import build_image
-from kcpshard_testkit.incluster import install_operator
+from kcpshard_testkit.incluster import OPERATOR_NAMESPACE, install_operator
 from kcpshard_testkit.kubectl import kubectl
 from kcpshard_testkit.node import NODE_NAME, Node
 
-OPERATOR_NAMESPACE = "kcpshard-system"
 OPERATOR_ACCOUNT = "kcpshard-operator"
 DEPLOY = tools.REPO / "deploy"
 

@@ -13,8 +13,10 @@ Everything else (ServiceAccount, RBAC, non-root user, liveness probe, resources)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
@@ -22,6 +24,7 @@ import yaml
 from kcpshard_testkit import tools
 from kcpshard_testkit.kubectl import kubectl
 from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.waiting import wait_for
 
 DEPLOY_BASE = tools.REPO / "deploy" / "base"
 HELM_CHART = tools.REPO / "deploy" / "helm" / "kcpshard-operator"
@@ -125,6 +128,26 @@ async def install_operator_with_helm(kubeconfig: Path, *, image: str) -> str:
         raise RuntimeError(f"helm install failed: {text.strip()}")
     await _one_replica_available(kubeconfig)
     return text
+
+
+@contextlib.asynccontextmanager
+async def operator_stopped(kubeconfig: Path) -> AsyncIterator[None]:
+    """deploy/base's operator scaled to 0 (its pods gone) for tests that run operators of their own on a
+    shared cluster; its replicas back, one available, afterwards."""
+    ns, deployment = ("-n", OPERATOR_NAMESPACE), f"deployment/{OPERATOR_DEPLOYMENT}"
+    replicas = await kubectl(kubeconfig, *ns, "get", deployment, "-o", "jsonpath={.spec.replicas}")
+    await kubectl(kubeconfig, *ns, "scale", deployment, "--replicas=0")
+    selector = f"app.kubernetes.io/name={OPERATOR_DEPLOYMENT}"
+
+    async def no_pod_left() -> bool:
+        return not (await kubectl(kubeconfig, *ns, "get", "pods", "-l", selector, "-o", "name")).strip()
+
+    await wait_for("the in-cluster operator's pods gone", no_pod_left, timeout=120, interval=0.5)
+    try:
+        yield
+    finally:
+        await kubectl(kubeconfig, *ns, "scale", deployment, f"--replicas={replicas.strip() or 1}")
+        await _one_replica_available(kubeconfig)
 
 
 async def _one_replica_available(kubeconfig: Path) -> None:

@@ -1,11 +1,12 @@
 """A namespace per test on a shared test cluster.
 
-The end-to-end tests share one cluster with a real node per module (starting one takes about 20 s), and
-most of them name their shard `root`. Each test gets a namespace of its own, so its shards, Secrets and
-Events, its shards' folders on the node (`/var/lib/kcpshard/<namespace>/<shard>`) and their keys in the
-store's etcd (`/shards/<namespace>/<shard>`) are its own. When it ends, its shards are deleted through
-the operator's finalizer (cleared by force when the operator cannot finish, e.g. the test broke it), then
-the namespace, and the shards' folders and keys are removed.
+The end-to-end tests share one cluster with a real node per test session (per pytest-xdist worker;
+starting one takes about 40 s), and most of them name their shard `root`. Each test gets a namespace of
+its own, so its shards, Secrets and Events, its shards' folders on the node
+(`/var/lib/kcpshard/<namespace>/<shard>`) and their keys in the store's etcd
+(`/shards/<namespace>/<shard>`) are its own. When it ends, its shards are deleted through the operator's
+finalizer (cleared by force when the operator cannot finish, e.g. the test broke it), then the
+namespace, and the shards' folders and keys are removed.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""The end-to-end tests on a real node: one cluster per test module (a real control plane, containerd and
-the kubelet), with the operator as deploy/base's Deployment running the test image, so the slots and the
-front it makes run that image too and the stand-in kcp is on their PATH. A test takes `stack`: the
-module's cluster in a namespace of the test's own (`namespaces.py`), and `bin_dir`: a folder of the
-node's binary folder for its kcp wrappers (`make_kcp`), which the slots see. A module's tests run in
-the module's event loop, as its cluster does: `pytest.mark.asyncio(loop_scope="module")` in its
-`pytestmark`."""
+"""The end-to-end tests on a real node: one cluster per test session (per pytest-xdist worker: a real
+control plane, containerd and the kubelet), with the operator as deploy/base's Deployment running the
+test image, so the slots and the front it makes run that image too and the stand-in kcp is on their
+PATH. A test takes `stack`: the session's cluster in a namespace of the test's own (`namespaces.py`),
+and `bin_dir`: a folder of the node's binary folder for its kcp wrappers (`make_kcp`), which the slots
+see. A module whose tests start operators of their own says `OPERATOR_IN_CLUSTER = False`: the
+in-cluster operator is scaled to 0 while it runs. The tests run in the session's event loop, as its
+cluster does: `pytest.mark.asyncio(loop_scope="session")` in each module's `pytestmark`."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import pytest_asyncio
 from tests.conftest import Images
 
+from kcpshard_testkit.incluster import operator_stopped
 from kcpshard_testkit.kcpbin import NODE_BIN
 from kcpshard_testkit.namespaces import close_namespace, namespace_for, open_namespace
 from kcpshard_testkit.stack import NodeImages, Stack, running_stack
@@ -24,21 +26,29 @@ from kcpshard_testkit.stack import NodeImages, Stack, running_stack
 
 def _in_cluster(request: pytest.FixtureRequest) -> bool:
     """A module whose tests start operators of their own (`stack.start_operator`: several, behind a
-    fault proxy, killed) says `OPERATOR_IN_CLUSTER = False`; its cluster runs none."""
+    fault proxy, killed) says `OPERATOR_IN_CLUSTER = False`; the cluster runs none while it runs."""
     return bool(getattr(request.module, "OPERATOR_IN_CLUSTER", True))
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def cluster(
-    tmp_path_factory: pytest.TempPathFactory, images: Images, request: pytest.FixtureRequest
-) -> AsyncIterator[Stack]:
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def session_cluster(tmp_path_factory: pytest.TempPathFactory, images: Images) -> AsyncIterator[Stack]:
     node = NodeImages(tars=(images.product.tar, images.test.tar), operator=images.test.name)
     directory = tmp_path_factory.mktemp("e2e-cluster")
-    async with running_stack(directory, node=node, operator=_in_cluster(request)) as stack:
+    async with running_stack(directory, node=node, operator=True) as stack:
         yield stack
 
 
-@pytest_asyncio.fixture(loop_scope="module")
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def cluster(session_cluster: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+    """The session's cluster for one module; without its in-cluster operator if the module says so."""
+    if _in_cluster(request):
+        yield session_cluster
+        return
+    async with operator_stopped(Path(session_cluster.info.kubeconfig)):
+        yield session_cluster
+
+
+@pytest_asyncio.fixture(loop_scope="session")
 async def stack(cluster: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     stack = await open_namespace(cluster, namespace_for(request.node.name, request.node.nodeid))
     yield stack

@@ -16,7 +16,7 @@ from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 
 SHARDS = ("alpha", "beta")
 

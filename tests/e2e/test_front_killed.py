@@ -21,7 +21,7 @@ from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 
 
 def haproxy_pids(stack: Stack) -> dict[str, int]:

@@ -17,7 +17,7 @@ from kcpshard_testkit import scenario
 from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 OPERATOR_IN_CLUSTER = False  # each test runs its own, restarted with another agent command
 
 FRONT_TIMEOUT = {"roll": {"frontStartTimeoutSeconds": 8}}

@@ -19,7 +19,7 @@ from kcpshard_testkit.realkcp import NEWER, on_the_node, put_on_node, real_kcp
 from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.tools import tool
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(600)]
 
 READY_TIMEOUT = 300
 

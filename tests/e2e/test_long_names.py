@@ -19,7 +19,7 @@ from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.tcp import free_port
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 
 LONGEST = ("kcp-shard-with-a-name-as-long-as-the-crd-admits-" + "x" * 64)[:MAX_SHARD_NAME]
 

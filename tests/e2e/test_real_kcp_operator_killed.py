@@ -21,7 +21,7 @@ from kcpshard_testkit.faultproxy import status_step_is
 from kcpshard_testkit.realkcp import NEWER, real_kcp, real_kcp_processes
 from kcpshard_testkit.stack import Stack
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(600)]
 OPERATOR_IN_CLUSTER = False
 
 KILL_AT = [Step.WAITING_READY.value, Step.HANDING_OVER_LEASE.value, Step.PROBING.value]

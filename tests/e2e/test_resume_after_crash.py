@@ -25,7 +25,7 @@ from kcpshard_testkit.faultproxy import status_step_is
 from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.stack import Stack
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 OPERATOR_IN_CLUSTER = False  # each test starts its own (through a fault proxy, killed)
 
 FAST = scenario.FAST

@@ -18,7 +18,7 @@ from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.stack import Process, Stack
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 OPERATOR_IN_CLUSTER = False
 
 

@@ -18,7 +18,7 @@ from kcpshard_testkit import scenario
 from kcpshard_testkit.kcpbin import make_kcp
 from kcpshard_testkit.stack import Stack
 
-pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(300)]
 
 
 async def test_an_unsafe_pair_stalls_then_rolls_in_the_single_shape(stack: Stack, bin_dir: Path) -> None:
