@@ -243,7 +243,9 @@ class RecordingKcp:
         self._call("delete_workspaces", prefix)
         return list(self.leftovers)
 
-    async def probe(self, name_prefix: str, timeout: float, poll: float = 0.2) -> ProbeResult:
+    async def probe(
+        self, name_prefix: str, timeout: float, poll: float = 0.2, location: str | None = None
+    ) -> ProbeResult:
         self._call("probe", name_prefix, timeout)
         if self.probe_error is not None:
             raise self.probe_error
@@ -259,7 +261,7 @@ class RecordingKcp:
             ready_seconds=0.5,
             delete_seconds=0.01,
             total_seconds=0.6,
-            gone=True,
+            deleted=True,
         )
 
     async def delete_configmap(self, cluster: str, namespace: str, name: str) -> bool:

@@ -229,8 +229,10 @@ async def test_probe_on_the_leader(start_slot: Callable[..., Slot]) -> None:
         await c.wait_for_holder(None, timeout=20)
         result = await c.probe("kcpshard-probe", timeout=30)
         assert result.phases[-1] == "Ready"
-        assert result.gone
-        assert await c.get_workspace(result.name) is None
+        assert result.deleted
+        # the delete was accepted: the workspace is gone or going (kcp's finalizers)
+        ws = await c.get_workspace(result.name)
+        assert ws is None or ws["metadata"].get("deletionTimestamp"), ws
 
 
 async def test_wrong_token_gives_401_without_the_token(start_slot: Callable[..., Slot]) -> None:

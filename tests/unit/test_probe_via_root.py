@@ -34,7 +34,7 @@ def test_a_non_root_shard_probes_through_its_root_shard_onto_itself() -> None:
     action = probe_of(NON_ROOT, plan.RootShardView("root", True, "v0.32.1", front_url=ROOT_URL))
     assert isinstance(action, Probe), action
     via = action.via
-    assert via is not None and (via.shard, via.url, via.location) == ("root", ROOT_URL, "beta")
+    assert via is not None and (via.shard, via.url, action.location) == ("root", ROOT_URL, "beta")
     assert via.leftovers.startswith(SHARD_PROBE_PREFIX) and action.prefix == f"{via.leftovers}{REV[:8]}"
     # the root's own clean-up (by PROBE_PREFIX) can never take this shard's probe under way
     assert not action.prefix.startswith(PROBE_PREFIX) and len(action.prefix) <= 56
@@ -47,6 +47,8 @@ def test_a_root_shard_or_a_non_root_one_without_a_known_root_probes_through_its_
         action = probe_of(spec, view)
         assert isinstance(action, Probe) and action.via is None, action
         assert action.prefix == f"{PROBE_PREFIX}{REV[:8]}"
+        # placed on the shard itself: a root's probe never lands on a non-root shard that is rolling
+        assert action.location == spec.shard.name
 
 
 async def test_the_probe_via_root_uses_the_roots_credentials_and_its_own_front_for_the_identity_cache() -> (
@@ -60,8 +62,10 @@ async def test_the_probe_via_root_uses_the_roots_credentials_and_its_own_front_f
         return root.connect  # type: ignore[return-value]
 
     ctx = ActContext(RecordingApi(), "default", "beta", OperatorConfig(), own.connect, LOG, kcp_of)  # type: ignore[arg-type]
-    via = ProbeVia("root", ROOT_URL, "beta", "kcpshard-shard-probe-abc123-")
-    action = Probe(URL, "kcpshard-shard-probe-abc123-r", 9.0, stale_identity_cache="v0.33.0", via=via)
+    via = ProbeVia("root", ROOT_URL, "kcpshard-shard-probe-abc123-")
+    action = Probe(
+        URL, "kcpshard-shard-probe-abc123-r", 9.0, stale_identity_cache="v0.33.0", via=via, location="beta"
+    )
     outcome = await probe_handlers.probe(ctx, action)
     assert isinstance(outcome, ProbeReady) and outcome.identity_cache_deleted
     assert connected == ["root"] and root.urls == [ROOT_URL] and own.urls == [URL]
@@ -73,7 +77,7 @@ async def test_the_probe_via_root_uses_the_roots_credentials_and_its_own_front_f
 
 
 class LocatedKcp(RecordingKcp):
-    async def probe(  # type: ignore[override]
+    async def probe(
         self, name_prefix: str, timeout: float, poll: float = 0.2, location: str | None = None
     ) -> Any:
         result = await super().probe(name_prefix, timeout, poll)

@@ -938,7 +938,7 @@ def test_lease_and_probe_carry_what_is_left_of_their_timeouts() -> None:
     status = during(rollout(Step.PROBING), active_slot="b")
     action = next_of(status, slot(B), now=at(10))
     timeout = SPEC.roll.probe_timeout_seconds - 10
-    assert action == plan.Probe(URL, prefix=f"kcpshard-probe-{REV[:8]}", timeout=timeout)
+    assert action == plan.Probe(URL, prefix=f"kcpshard-probe-{REV[:8]}", timeout=timeout, location="root")
 
 
 def test_drain_waits_for_connections_then_asks_the_front_to_close_them() -> None:

@@ -268,7 +268,6 @@ class ProbeVia:
 
     shard: str  # the root's KcpShard: its front and its shard-admin credentials
     url: str  # the root's front
-    location: str  # this shard's kcp name (kcp labels its Shard object `name: <shard name>`)
     leftovers: str  # the name prefix of this shard's probe workspaces, for the clean-up
 
 
@@ -282,6 +281,9 @@ class Probe(Action):
     # The kcp version that no longer reads the `identitycache` ConfigMap: delete it (None: keep it).
     stale_identity_cache: str | None = None
     via: ProbeVia | None = None  # a non-root shard's probe, through its root shard
+    # The kcp shard the workspace is placed on (kcp labels each Shard object `name: <shard name>`), so a
+    # root's probe never lands on another shard, which may be rolling itself.
+    location: str | None = None
 
 
 @dataclass(frozen=True)

@@ -287,7 +287,7 @@ def probe_via(obs: Observed, spec: KcpShardSpec) -> ProbeVia | None:
     if spec.shard.root or root is None or not root.found or not root.front_url:
         return None
     digest = hashlib.sha256(spec.shard.name.encode()).hexdigest()[:6]
-    return ProbeVia(root.name, root.front_url, spec.shard.name, f"{SHARD_PROBE_PREFIX}{digest}-")
+    return ProbeVia(root.name, root.front_url, f"{SHARD_PROBE_PREFIX}{digest}-")
 
 
 def probing(obs: Observed, rollout: RolloutStatus) -> Action:
@@ -300,6 +300,7 @@ def probing(obs: Observed, rollout: RolloutStatus) -> Action:
         timeout=max((until - obs.now).total_seconds(), 0.1),
         stale_identity_cache=runs.kcp.version if identity_cache_stale(runs) else None,
         via=via,
+        location=spec.shard.name,
     )
 
 

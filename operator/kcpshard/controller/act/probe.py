@@ -20,12 +20,11 @@ async def probe(ctx: ActContext, action: Probe) -> ProbeReady | ProbeNotReady | 
             for leftover in await kcp.delete_workspaces(via.leftovers if via is not None else PROBE_PREFIX):
                 ctx.logger.info(f"deleted the leftover probe workspace {leftover}")
             try:
-                if via is None:
-                    result = await kcp.probe(action.prefix, timeout=action.timeout)
-                else:
-                    result = await kcp.probe(action.prefix, timeout=action.timeout, location=via.location)
+                result = await kcp.probe(action.prefix, timeout=action.timeout, location=action.location)
             except KcpError as exc:
                 return ProbeNotReady(action.timeout, str(exc))
+            if not result.deleted:
+                ctx.logger.warning(f"could not delete the probe workspace {result.name}; the next probe will")
         cleaned = False
         if action.stale_identity_cache is not None:  # the shard's own system:shard, through its own front
             async with await ctx.kcp(action.url) as own:
