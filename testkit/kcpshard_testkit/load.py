@@ -1,15 +1,16 @@
 """A kube-style client that keeps sending requests through the front during a roll.
 
 It behaves as client-go does where that matters for a roll, and no further:
-- a 429 with `Retry-After` is retried after that many seconds (client-go's
-  `checkWait`/`IsRetryableError`, up to 10 tries): kcp answers so while it shuts down;
+- a 429 or any 5xx with `Retry-After` is retried after that many seconds (client-go's
+  `rest/with_retry.go`, `checkWait`, up to 10 tries): kcp answers 503 "apiserver is shutting down" with
+  `Retry-After: 1` to a request that reaches it after its shutdown delay;
 - an idempotent request on a reused keep-alive connection that the server closed
   before any byte of the answer came back is retried once on a new connection
   (Go's `net/http.Transport` does the same: `shouldRetryRequest`);
 - a GET whose connection was reset or closed (an EOF, also during the TLS handshake) is
   retried after 1 s, within the same 10 tries (client-go's `rest.Request.request`:
   `IsConnectionReset`/`IsProbableEOF` on a GET, answered as a `Retry-After: 1`).
-Anything else counts as a failure: a refused connection, a 5xx, a timeout.
+Anything else counts as a failure: a refused connection, a 5xx without `Retry-After`, a timeout.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def kube_client(base_url: str, token: str, ca_pem: bytes, timeout: float = 10.0)
 class LoadReport:
     ok: int = 0
     failed: int = 0
-    retried_429: int = 0
+    retried_after: int = 0  # 429 or 5xx with Retry-After
     retried_closed: int = 0
     retried_reset: int = 0
     failures: list[str] = field(default_factory=list)
@@ -106,10 +107,20 @@ class LoadReport:
     def summary(self) -> str:
         return (
             f"{self.ok} requests succeeded, {self.failed} failed "
-            f"({self.retried_429} retried after 429, {self.retried_closed} after a closed keep-alive, "
+            f"({self.retried_after} retried after Retry-After, "
+            f"{self.retried_closed} after a closed keep-alive, "
             f"{self.retried_reset} after a reset) "
             f"in {self.seconds:.1f}s"
         )
+
+
+def retry_after(response: httpx.Response) -> float | None:
+    """Seconds to wait before the same request again, as client-go's `checkWait`: a 429 or any 5xx with
+    a `Retry-After` of whole seconds (capped at 5 here, so a roll's test does not idle); else None."""
+    if response.status_code != 429 and response.status_code < 500:
+        return None
+    value = response.headers.get("Retry-After", "")
+    return min(float(value), 5.0) if value.isdigit() else None
 
 
 RESETS = (ConnectionResetError, BrokenPipeError, EOFError, ssl.SSLEOFError, ssl.SSLZeroReturnError)
@@ -188,9 +199,10 @@ class KubeStyleLoad:
             self.report.by_status[response.status_code] = (
                 self.report.by_status.get(response.status_code, 0) + 1
             )
-            if response.status_code == 429 and "Retry-After" in response.headers:
-                self.report.retried_429 += 1
-                await asyncio.sleep(min(float(response.headers["Retry-After"]), 5.0))
+            wait = retry_after(response)
+            if wait is not None:
+                self.report.retried_after += 1
+                await asyncio.sleep(wait)
                 continue
             if response.status_code == 200:
                 self.report.ok += 1

@@ -16,8 +16,9 @@ short watch" is not treated as an error.
 
 The writer creates ConfigMaps with unique names at a steady rate, one at a time. Unlike client-go, which
 never retries a POST after a transport error, it retries connection errors (0.1 s doubling to 1 s) as well
-as 429 with Retry-After, up to `max_retries` tries: the point is to know which objects exist. An
-AlreadyExists answer to a retry whose earlier try may have reached the server counts as created.
+as a 429 or 5xx with Retry-After (as client-go does, `load.retry_after`), up to `max_retries` tries: the
+point is to know which objects exist. An AlreadyExists answer to a retry whose earlier try may have
+reached the server counts as created.
 
 At `stop()` the writer stops, the reflector gets up to 5 s to see every created name, then one last list
 tells the names the watch never delivered (`missed_by_watch`) from those missing from the store (`missed`).
@@ -36,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from kcpshard_testkit.load import kube_client
+from kcpshard_testkit.load import kube_client, retry_after
 
 CATCH_UP_SECONDS = 5.0
 
@@ -174,8 +175,10 @@ class WatchedWrites:
                 return True
             if resp.status_code == 409 and maybe_sent and _reason(resp) == "AlreadyExists":
                 return True
-            if resp.status_code == 429 and "Retry-After" in resp.headers:
-                await asyncio.sleep(min(float(resp.headers["Retry-After"]), 5.0))
+            wait = retry_after(resp)
+            if wait is not None:
+                self._note(f"create: retried after HTTP {resp.status_code}", f"{name}: {resp.text[:200]}")
+                await asyncio.sleep(wait)
                 continue
             self._note(f"create: HTTP {resp.status_code}", f"{name}: {resp.text[:200]}")
             return False
@@ -236,9 +239,8 @@ class WatchedWrites:
                     self._note(f"watch: HTTP {resp.status_code}", text)
                     if resp.status_code == 410:
                         return "gone", 0.0
-                    if resp.status_code == 429 and "Retry-After" in resp.headers:
-                        return "retry", min(float(resp.headers["Retry-After"]), 5.0)
-                    return "retry", 1.0
+                    wait = retry_after(resp)
+                    return "retry", 1.0 if wait is None else wait
                 self._opened()
                 return await self._events(resp), 0.0
         except httpx.TransportError as exc:

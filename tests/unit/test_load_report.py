@@ -1,4 +1,4 @@
-"""The load client's latency percentiles (nearest rank), as the bench reports them."""
+"""The load client: its latency percentiles (nearest rank) as the bench reports them, and its retries."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import struct
 import time
 from pathlib import Path
 
-from kcpshard_testkit.load import KubeStyleLoad, LoadReport, reset_or_eof
+import httpx
+
+from kcpshard_testkit.load import KubeStyleLoad, LoadReport, reset_or_eof, retry_after
 from kcpshard_testkit.pki import CertificateAuthority
 from kcpshard_testkit.tcp import free_port
 from kcpshard_testkit.waiting import wait_for
@@ -141,3 +143,16 @@ def test_longest_no_answer_is_per_worker_within_the_window() -> None:
     assert report.longest_no_answer_seconds(start=2.5, end=7.5) == 3.0  # only worker 2's 0 -> 3 ends in it
     assert report.longest_no_answer_seconds(start=9.0) == 0.0
     assert LoadReport().longest_no_answer_seconds() == 0.0
+
+
+def test_a_429_or_any_5xx_with_retry_after_is_retried_as_client_go_does() -> None:
+    def answer(code: int, **headers: str) -> httpx.Response:
+        return httpx.Response(code, headers=headers)
+
+    # kcp's answer after its shutdown delay: 503 "apiserver is shutting down", Retry-After: 1
+    assert retry_after(answer(503, **{"Retry-After": "1"})) == 1.0
+    assert retry_after(answer(429, **{"Retry-After": "30"})) == 5.0  # capped
+    assert retry_after(answer(500, **{"Retry-After": "2"})) == 2.0
+    assert retry_after(answer(503)) is None  # no Retry-After: a failure
+    assert retry_after(answer(404, **{"Retry-After": "1"})) is None  # only 429 and 5xx
+    assert retry_after(answer(503, **{"Retry-After": "Wed, 21 Oct 2026 07:28:00 GMT"})) is None
