@@ -178,8 +178,8 @@ def table(results: dict[str, Any]) -> str:
     rows = [
         ("requests sent / failed", lambda w: f"{results[w]['sent']} / {results[w]['failed']}"),
         (
-            "retried (429 / closed keep-alive)",
-            lambda w: f"{results[w]['retried429']} / {results[w]['retriedClosed']}",
+            "retried (Retry-After / closed keep-alive)",
+            lambda w: f"{results[w].get('retriedAfter', 0)} / {results[w]['retriedClosed']}",
         ),
         ("client-visible outage", lambda w: med(w, "outageSeconds", " s")),
         ("longest time without an answer", lambda w: med(w, "longestNoAnswerSeconds", " s")),
@@ -198,6 +198,7 @@ def table(results: dict[str, Any]) -> str:
         ),
         ("watch: longest time unwatched", lambda w: med(w, "watchLongestGapSeconds", " s")),
         ("operator's share", lambda w: med(w, "operatorShareSeconds", " s")),
+        ("the node starting the slot", lambda w: med(w, "containerStartSeconds", " s")),
         ("the roll's probe", lambda w: step(w, "probe")),
         ("operator CPU", lambda w: med(w, "operatorCpuSeconds", " s")),
     ]

@@ -319,8 +319,10 @@ def summary(runs: list[RollRun]) -> dict[str, Any]:
         "runs": len(runs),
         "sent": sum(r.during.ok + r.during.failed for r in runs),
         "failed": sum(r.during.failed for r in runs),
-        "retried429": sum(r.during.retried_429 for r in runs),
+        "retriedAfter": sum(r.during.retried_after for r in runs),
         "retriedClosed": sum(r.during.retried_closed for r in runs),
+        # what the failed requests were (the first few of each run), so a failure can be looked into
+        "failures": [f for r in runs for f in r.during.failures[:5]],
         "outageSeconds": spread([r.during.outage_seconds() for r in runs]),
         # the longest a client worker waited for any answer during the roll (Retry-After waits included)
         "longestNoAnswerSeconds": spread([r.during.longest_no_answer_seconds() for r in runs]),
@@ -352,6 +354,9 @@ def summary(runs: list[RollRun]) -> dict[str, Any]:
     shares = [r.report["durations"].get("operatorShare") for r in runs if r.report]
     if shares and None not in shares:
         out["operatorShareSeconds"] = spread([float(s) for s in shares if s is not None])
+    starts = [r.report["durations"].get("slotStart") for r in runs if r.report]
+    if starts and None not in starts:  # the node's part: the slot's pod and agent up to kcp's start
+        out["containerStartSeconds"] = spread([float(s) for s in starts if s is not None])
     cpus = [r.cpu_seconds for r in runs if r.cpu_seconds is not None]
     if cpus:
         out["operatorCpuSeconds"] = spread([round(c, 3) for c in cpus])
@@ -360,7 +365,7 @@ def summary(runs: list[RollRun]) -> dict[str, Any]:
 
 def share_breakdown(run: RollRun) -> dict[str, float]:
     """Where the operator's share of a roll went: what the operator did itself between the steps, and
-    what it waited on besides kcp (the slot's host agent starting kcp, the front agent's flip)."""
+    the front agent's flip. (The node starting the slot is the report's `slotStart`, outside the share.)"""
     if run.report is None or run.slot is None:
         return {}
     ts = {k: cond.parse_time(v) for k, v in run.report["timestamps"].items()}
@@ -373,7 +378,6 @@ def share_breakdown(run: RollRun) -> dict[str, float]:
 
     span("createSlot", ts.get("slotStarting"), ts.get("slotCreated"))
     if kcp_started and kcp_ready:
-        span("agentStartsKcp", ts.get("slotCreated"), cond.parse_time(kcp_started))
         span("noticeReady", cond.parse_time(kcp_ready), ts.get("ready"))
     span("flip", ts.get("ready"), ts.get("flipped"))
     span("drainAndRetire", ts.get("probed"), ts.get("finished"))

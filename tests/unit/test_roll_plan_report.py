@@ -6,8 +6,9 @@ from typing import Any
 
 from kcpshard.api.models import RolloutStatus
 from kcpshard.roll import plan
+from kcpshard.roll.observed import SlotName, SlotView
 from kcpshard.roll.plan import Step
-from kcpshard.roll.report import reassert_needed
+from kcpshard.roll.report import reassert_needed, slot_durations
 
 
 def stamps(**seconds: float) -> dict[str, str]:
@@ -57,7 +58,7 @@ def test_blue_green_durations() -> None:
         "probe": 1.5,
         "probeCreate": 0.25,  # the probe in its parts: reaching kcp and creating the workspace,
         "probeWorkspaceReady": 0.75,  # kcp's controllers making it Ready,
-        "probeDelete": 0.5,  # deleting it and seeing it gone
+        "probeDelete": 0.5,  # the delete request (kcp's finalizers are not waited for)
         "drain": 2.0,
         "total": 16.0,
     }
@@ -138,3 +139,16 @@ def test_no_reassert_when_the_new_kcp_never_ran_the_version_is_the_same_or_it_ro
     assert reassert_needed(_upgrade(from_version="v0.33.0"), "Aborted", "root") is None
     assert reassert_needed(_upgrade(), "RolledBack", "root") is None  # the old kcp started again
     assert reassert_needed(_upgrade(), "Failed", "root") is None  # after the flip: the new kcp serves
+
+
+def test_the_operators_share_leaves_out_the_node_starting_the_slot_and_every_wait_on_kcp() -> None:
+    # The slot was created at 4.75; its agent started kcp at 6.0 (the node's container start), ready at 6.75.
+    times = stamps(kcpStarted=6.0, kcpReady=6.75)
+    slot = SlotView(SlotName.B, "rev", started_at=times["kcpStarted"], ready_at=times["kcpReady"])
+    spans = plan.durations(BLUE_GREEN)
+    taken = slot_durations(slot, spans, BLUE_GREEN)
+    assert taken["slotStart"] == 1.25 and taken["kcpStartToReady"] == 0.75
+    # 16 s in all, less the backup 4, the slot's start 1.25, kcp's 0.75, the old exit 3, the lease 1 and
+    # the probe 1.5
+    assert taken["operatorShare"] == 4.5
+    assert "slotStart" not in slot_durations(slot, spans, {})  # no slotCreated stamp: not reported

@@ -37,7 +37,7 @@ REPORT_SPANS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("leaseHandover", ("flipped", "oldExited"), "leaseHandedOver"),
     ("probe", ("leaseHandedOver",), "probed"),
     # The probe in its parts: reaching kcp and creating the workspace, kcp's controllers making it
-    # Ready, deleting it and seeing it gone.
+    # Ready, deleting it (kcp's finalizers are not waited for).
     ("probeCreate", ("leaseHandedOver",), "probeCreated"),
     ("probeWorkspaceReady", ("probeCreated",), "probeWorkspaceReady"),
     ("probeDelete", ("probeWorkspaceReady",), "probed"),
@@ -58,20 +58,27 @@ def durations(timestamps: Mapping[str, str]) -> dict[str, float]:
     return out
 
 
-def slot_durations(slot: SlotView | None, spans: Mapping[str, float]) -> dict[str, float]:
-    """What the kcp process itself took, as its host agent saw it, and the operator's share: the rest.
+def slot_durations(
+    slot: SlotView | None, spans: Mapping[str, float], timestamps: Mapping[str, str]
+) -> dict[str, float]:
+    """What the node and the kcp process took, as the slot's host agent saw it, and the operator's
+    share: the rest.
 
-    The operator's share is the total less the time spent waiting on kcp: the new process
-    from start to ready, the old one's exit (its shutdown delay), the lease pick-up and the probe.
+    `slotStart`: the slot created to its kcp started (the node starting the pod's container and the
+    agent in it). The operator's share is the total less that and the time spent waiting on kcp: the
+    new process from start to ready, the old one's exit (its shutdown delay), the lease pick-up, the
+    probe, and the backup Job when there is one.
     """
     out: dict[str, float] = {}
     if slot is not None and slot.started_at and slot.ready_at:
         delta = cond.parse_time(slot.ready_at) - cond.parse_time(slot.started_at)
         out["kcpStartToReady"] = round(delta.total_seconds(), 3)
+        if "slotCreated" in timestamps:
+            start = cond.parse_time(slot.started_at) - cond.parse_time(timestamps["slotCreated"])
+            out["slotStart"] = round(max(start.total_seconds(), 0.0), 3)
     if "total" in spans and "kcpStartToReady" in out:
-        waited = out["kcpStartToReady"] + sum(
-            spans.get(k, 0.0) for k in ("oldExit", "leaseHandover", "probe")
-        )
+        waited = out["kcpStartToReady"] + out.get("slotStart", 0.0)
+        waited += sum(spans.get(k, 0.0) for k in ("backup", "oldExit", "leaseHandover", "probe"))
         out["operatorShare"] = round(max(spans["total"] - waited, 0.0), 3)
     return out
 
@@ -109,7 +116,7 @@ def measured(report: RollReport, to_slot: SlotView | None, finished_at: str) -> 
     """A finished roll's report with its end stamped and each step's duration read from the stamps."""
     timestamps = {**report.timestamps, "finished": finished_at}
     spans = durations(timestamps)
-    taken = spans | slot_durations(to_slot, spans)
+    taken = spans | slot_durations(to_slot, spans, timestamps)
     if report.backup is not None:
         taken["backupJob"] = round(report.backup.seconds, 3)
     return report.model_copy(update={"timestamps": timestamps, "durations": taken})
