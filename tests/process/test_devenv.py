@@ -26,6 +26,12 @@ pytestmark = pytest.mark.timeout(120)
 
 async def test_kubectl_applies_lists_and_refuses(tmp_path: Path) -> None:
     async with running_stack(tmp_path, operator=False) as stack:
+        # the sharded example passes the API server's schema too (a server-side dry run)
+        fleet = stack.kubectl(
+            "apply", "--dry-run=server", "-f", str(EXAMPLE.with_name("fleet.yaml")), check=False
+        )
+        assert fleet.stdout.count("created (server dry run)") == 3, (fleet.stdout, fleet.stderr)
+
         applied = stack.kubectl("apply", "-f", str(EXAMPLE))
         assert "kcpshard.kcpshard.dev/root created" in applied.stdout
 

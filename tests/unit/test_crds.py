@@ -87,6 +87,20 @@ def test_example_validates_against_the_model() -> None:
         KcpShardSpec.model_validate({**doc["spec"], "shape": "Purple"})
 
 
+def test_the_fleet_example_is_a_root_and_two_shards_that_name_it() -> None:
+    docs = list(yaml.safe_load_all((REPO / "examples" / "fleet.yaml").read_text()))
+    specs = {doc["metadata"]["name"]: KcpShardSpec.model_validate(doc["spec"]) for doc in docs}
+    assert [name for name, spec in specs.items() if spec.shard.root] == ["root"]
+    others = [spec for spec in specs.values() if not spec.shard.root]
+    assert len(others) == 2
+    assert all(
+        spec.shard.root_shard_ref is not None and spec.shard.root_shard_ref.name == "root" for spec in others
+    )
+    # one store, apart by key prefix, and a front port each
+    assert len({spec.store.etcd.prefix for spec in specs.values() if spec.store.etcd is not None}) == 3
+    assert len({spec.front.port for spec in specs.values()}) == 3
+
+
 def test_no_category_is_also_a_resource_name() -> None:
     # kubectl expands a category before it looks a name up: `kubectl get kcpshard root` failed with
     # "you must specify only one resource" while `kcpshard` was both a category and a singular name.
