@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -187,19 +188,24 @@ async def _served(load: KubeStyleLoad) -> bool:
     return load.report.ok >= 5
 
 
-def main() -> int:
-    if os.environ.get("FLEET") == "1":  # `make demo FLEET=1`: a sharded kcp upgraded from one apply
-        import demo_fleet
-
-        return demo_fleet.main()
-    workdir = Path(os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="kcpshard-demo-"))
+def run(demo_of: Callable[[Path], Awaitable[None]], prefix: str) -> int:
+    """Run a demo in a fresh folder (or DEMO_DIR); a failure is one line and exit code 1."""
+    workdir = Path(os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix=prefix))
     try:
-        asyncio.run(demo(workdir))
+        asyncio.run(demo_of(workdir))
     except (TimeoutError, RuntimeError, FileNotFoundError) as exc:
         print(f"demo failed: {exc}; logs in {workdir}", file=sys.stderr)
         return 1
     print(f"logs: {workdir}")
     return 0
+
+
+def main() -> int:
+    if os.environ.get("FLEET") == "1":  # `make demo FLEET=1`: a sharded kcp upgraded from one apply
+        import demo_fleet
+
+        return run(demo_fleet.demo, "kcpshard-demo-fleet-")
+    return run(demo, "kcpshard-demo-")
 
 
 if __name__ == "__main__":

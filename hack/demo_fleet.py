@@ -10,9 +10,7 @@ each roll's report and what the clients saw. tests/e2e/test_real_fleet.py assert
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -103,16 +101,7 @@ async def demo(workdir: Path) -> None:
             await close_namespace(stack)
 
 
-def main() -> int:
-    workdir = Path(os.environ.get("DEMO_DIR") or tempfile.mkdtemp(prefix="kcpshard-demo-fleet-"))
-    try:
-        asyncio.run(demo(workdir))
-    except (TimeoutError, RuntimeError, FileNotFoundError) as exc:
-        print(f"demo failed: {exc}; logs in {workdir}", file=sys.stderr)
-        return 1
-    print(f"logs: {workdir}")
-    return 0
+if __name__ == "__main__":  # the same as `make demo FLEET=1`
+    import demo as demos
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(demos.run(demo, "kcpshard-demo-fleet-"))

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kcpshard.k8s import names
 from kcpshard.k8s.api import KCPSHARDS, SECRETS, ApiClient
 from kcpshard.k8s.builders import STATE_ROOT
@@ -29,6 +27,7 @@ from kcpshard.kcp.kubeconfig import ShardAdmin, shard_admin
 from kcpshard_testkit.devenv import DevEnvInfo, dev_command
 from kcpshard_testkit.faultproxy import FaultProxy
 from kcpshard_testkit.kubectl import kubectl_binary
+from kcpshard_testkit.tls import namespaced_kubeconfig
 from kcpshard_testkit.waiting import wait_for
 
 ENV_TIMEOUT = 300.0  # the real control plane starts in about 10 s alone; a node imports its images
@@ -105,12 +104,8 @@ class Stack:
     def in_namespace(self, namespace: str) -> Stack:
         """This stack for tests in `namespace`: its helpers, and kubectl through a kubeconfig whose
         context names it (the plugin too), default to it."""
-        config = yaml.safe_load(Path(self.info.kubeconfig).read_text())
-        for context in config["contexts"]:
-            context["context"]["namespace"] = namespace
-        path = Path(self.info.kubeconfig).with_name(f"kubeconfig-{namespace}")  # beside the admin's
-        path.write_text(yaml.safe_dump(config))
-        path.chmod(0o600)
+        admin = Path(self.info.kubeconfig)
+        path = namespaced_kubeconfig(admin, namespace, admin.with_name(f"kubeconfig-{namespace}"))
         info = dataclasses.replace(self.info, kubeconfig=str(path))
         return dataclasses.replace(self, info=info, namespace=namespace)
 

@@ -74,3 +74,13 @@ def write_kubeconfig(
         "preferences": {},
     }
     write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+
+
+def namespaced_kubeconfig(source: Path, namespace: str, path: Path) -> Path:
+    """A copy of the kubeconfig `source` whose contexts name `namespace` (mode 0600), so kubectl and
+    the plugin default to it."""
+    config = yaml.safe_load(source.read_text())
+    for context in config["contexts"]:
+        context["context"]["namespace"] = namespace
+    write_private(path, yaml.safe_dump(config).encode())
+    return path

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from kcpshard.k8s.api import ApiClient
 from kcpshard_testkit.devenv import DevEnvInfo, control_plane_process
@@ -23,6 +22,7 @@ from kcpshard_testkit.fakekcp.process import KcpProcess
 from kcpshard_testkit.kubectl import kubectl_binary
 from kcpshard_testkit.namespaces import namespace_for
 from kcpshard_testkit.tcp import Echo
+from kcpshard_testkit.tls import namespaced_kubeconfig
 
 
 @pytest.fixture
@@ -72,13 +72,7 @@ def namespace(control_plane: DevEnvInfo, request: pytest.FixtureRequest) -> Iter
 @pytest.fixture
 def kubeconfig(control_plane: DevEnvInfo, namespace: str, tmp_path: Path) -> Path:
     """The admin's kubeconfig, its context in the test's namespace (mode 0600)."""
-    config = yaml.safe_load(Path(control_plane.kubeconfig).read_text())
-    for context in config["contexts"]:
-        context["context"]["namespace"] = namespace
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
+    return namespaced_kubeconfig(Path(control_plane.kubeconfig), namespace, tmp_path / "kubeconfig")
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from kcpshard_testkit.etcd import EtcdServer
 from kcpshard_testkit.fakekcp import kcp_binary
 from kcpshard_testkit.pki import CertificateAuthority
 from kcpshard_testkit.tcp import free_port
+from kcpshard_testkit.tls import namespaced_kubeconfig
 from kcpshard_testkit.tools import tool
 from kcpshard_testkit.waiting import wait_for
 
@@ -455,16 +456,6 @@ async def test_second_sigterm_is_forwarded(api: ApiClient, etcd: EtcdServer, age
     st = await slot_status(api, "a")
     assert st["exitCode"] == 1  # kcp's exit on a second signal, not the agent's SIGKILL (137)
     assert cond(st, "Ready")[:2] == ("False", "Exited")  # type: ignore[index]
-
-
-def namespaced_kubeconfig(admin: Path, namespace: str, path: Path) -> Path:
-    """A copy of the kubeconfig `admin` whose contexts are in `namespace` (mode 0600)."""
-    config = yaml.safe_load(admin.read_text())
-    for context in config["contexts"]:
-        context["context"]["namespace"] = namespace
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return path
 
 
 async def test_stop_without_api_server_still_stops_kcp(
