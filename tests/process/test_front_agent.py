@@ -28,8 +28,8 @@ from kcpshard.agent import front_pair
 from kcpshard.agent.front import FrontAgent
 from kcpshard.agent.haproxy import runtime_socket_path
 from kcpshard.k8s.api import KCPSHARDS, PODS, SERVICEACCOUNTS, ApiClient, ResourceRef
-from kcpshard.k8s.builders import LABEL_COMPONENT, LABEL_SHARD
 from kcpshard.k8s.credentials import Credentials, load_credentials
+from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD
 from kcpshard_testkit import scenario
 from kcpshard_testkit.tcp import Client, Echo, eventually, free_port
 from kcpshard_testkit.waiting import wait_for

@@ -20,7 +20,7 @@ from typing import Any
 
 from kcpshard.api.conditions import is_true
 from kcpshard.k8s.api import KCPSHARDS, PODS, ApiClient, NotFound
-from kcpshard.k8s.builders import component_selector
+from kcpshard.k8s.names import component_selector
 
 log = logging.getLogger("kcpshard.agent.front")
 

@@ -12,8 +12,7 @@ from pathlib import Path
 from kcpshard.agent.lognotes import Notes, short
 from kcpshard.api.conditions import now
 from kcpshard.k8s.api import PODS, ApiClient
-from kcpshard.k8s.builders import component_selector
-from kcpshard.k8s.names import front_name
+from kcpshard.k8s.names import component_selector, front_name
 from kcpshard.retry import Passing
 
 log = logging.getLogger("kcpshard.agent.front")

@@ -23,7 +23,7 @@ from kcpshard.controller.settings import configure
 from kcpshard.controller.shard_index import IndexKey, ShardIndex, index_entries
 from kcpshard.controller.teardown import tear_down
 from kcpshard.controller.wakeups import Wakeups
-from kcpshard.k8s import builders
+from kcpshard.k8s import names
 from kcpshard.roll.observed import Neighbour
 
 Logger = logging.Logger | logging.LoggerAdapter[Any]
@@ -107,12 +107,12 @@ async def shard_changed(name: str, namespace: str | None, **_: Any) -> None:
 
 @kopf.on.event(GROUP, VERSION, "kcpslots")
 async def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-    WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))
+    WAKEUPS.wake(namespace, labels.get(names.LABEL_SHARD))
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={builders.LABEL_COMPONENT: _slot_or_backup})
-@kopf.on.event("", "v1", "pods", labels={builders.LABEL_COMPONENT: "slot"})
+@kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_COMPONENT: _slot_or_backup})
+@kopf.on.event("", "v1", "pods", labels={names.LABEL_COMPONENT: "slot"})
 # the front's availability: a new shard's first roll, a front replacement and NodeNotReady wait on it
-@kopf.on.event("apps", "v1", "deployments", labels={builders.LABEL_COMPONENT: "front"})
+@kopf.on.event("apps", "v1", "deployments", labels={names.LABEL_COMPONENT: "front"})
 async def workload_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-    WAKEUPS.wake(namespace, labels.get(builders.LABEL_SHARD))
+    WAKEUPS.wake(namespace, labels.get(names.LABEL_SHARD))

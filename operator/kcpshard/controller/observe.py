@@ -180,7 +180,7 @@ class Observer:
         have = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH)
         availability = front_availability(current)
         if not availability.available or availability.replacing_since is not None:
-            selector = builders.component_selector(self.name, "front")
+            selector = names.component_selector(self.name, "front")
             pods = (await self.api.list(PODS, self.namespace, label_selector=selector)).get("items") or []
             availability = replace(availability, pods=tuple(front_pod_view(p) for p in pods))
         if not availability.available:
@@ -207,8 +207,8 @@ class Observer:
     ) -> tuple[dict[SlotName, SlotView], dict[SlotName, tuple[str, ...]], dict[tuple[SlotName, str], int]]:
         """The slots as their KcpSlots, Jobs and pods show them; the live pods per slot name; the
         highest start counter of the Jobs per slot and revision."""
-        selector = f"{builders.LABEL_SHARD}={self.name}"
-        workload = builders.component_selector(self.name, "slot")
+        selector = f"{names.LABEL_SHARD}={self.name}"
+        workload = names.component_selector(self.name, "slot")
         slot_list, job_list, pod_list = await asyncio.gather(
             self.api.list(KCPSLOTS, self.namespace, label_selector=selector),
             self.api.list(JOBS, self.namespace, label_selector=workload),
@@ -219,7 +219,7 @@ class Observer:
         for job in jobs.values():
             key = _slot_key(job)
             if key is not None:
-                start = int(job["metadata"]["labels"].get(builders.LABEL_START, 0))
+                start = int(job["metadata"]["labels"].get(names.LABEL_START, 0))
                 starts[key] = max(starts.get(key, start), start)
         live: dict[tuple[SlotName, str], list[str]] = {}
         for pod in pod_list.get("items", []):
@@ -379,7 +379,7 @@ async def _none() -> None:
 def _slot_key(obj: Mapping[str, Any]) -> tuple[SlotName, str] | None:
     """The slot name and revision a Job or pod of a slot carries in its labels."""
     labels = obj["metadata"].get("labels") or {}
-    slot, revision = labels.get(builders.LABEL_SLOT), labels.get(builders.LABEL_REVISION)
+    slot, revision = labels.get(names.LABEL_SLOT), labels.get(names.LABEL_REVISION)
     if slot not in ("a", "b") or not revision:
         return None
     return SlotName(slot), revision

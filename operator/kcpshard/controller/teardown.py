@@ -13,7 +13,7 @@ from typing import Any
 
 import kopf
 
-from kcpshard.k8s import builders, names
+from kcpshard.k8s import names
 from kcpshard.k8s.api import (
     BUDGETS,
     DEPLOYMENTS,
@@ -39,7 +39,7 @@ async def tear_down(
     logger: logging.Logger | logging.LoggerAdapter[logging.Logger],
 ) -> str:
     """Delete what the shard runs; raise kopf.TemporaryError while its pods are still stopping."""
-    selector = f"{builders.LABEL_SHARD}={name}"
+    selector = f"{names.LABEL_SHARD}={name}"
     for ref in (KCPSLOTS, JOBS):
         listed = await api.list(ref, namespace, label_selector=selector)
         for obj in listed.get("items", []):

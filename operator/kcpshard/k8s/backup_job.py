@@ -14,7 +14,6 @@ from typing import Any
 from kcpshard.api.models import BackupReport, EtcdStore, KcpShardSpec
 from kcpshard.k8s.builders import (
     DEFAULT_IMAGE,
-    LABEL_REVISION,
     agent_security_context,
     downward_env,
     labels,
@@ -22,7 +21,7 @@ from kcpshard.k8s.builders import (
     shard_state_dir,
     state_volume,
 )
-from kcpshard.k8s.names import agent_name, backup_job_name
+from kcpshard.k8s.names import LABEL_REVISION, agent_name, backup_job_name
 
 ANNOTATION_PATH = "kcpshard.dev/backup-path"
 ANNOTATION_SECONDS = "kcpshard.dev/backup-seconds"

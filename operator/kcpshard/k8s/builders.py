@@ -8,6 +8,11 @@ from typing import Any
 
 from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, Shape, SlotName
 from kcpshard.k8s.names import (
+    LABEL_COMPONENT,
+    LABEL_REVISION,
+    LABEL_SHARD,
+    LABEL_SLOT,
+    LABEL_START,
     admin_kubeconfig_secret_name,
     agent_name,
     shared_secret_name,
@@ -26,11 +31,6 @@ from kcpshard.kcp.flags import (
 )
 
 MANAGED_BY = "kcpshard-operator"
-LABEL_SHARD = "kcpshard.dev/shard"
-LABEL_SLOT = "kcpshard.dev/slot"
-LABEL_REVISION = "kcpshard.dev/revision"
-LABEL_COMPONENT = "kcpshard.dev/component"
-LABEL_START = "kcpshard.dev/start"
 STATE_ROOT = "/var/lib/kcpshard"
 # The tag of a local `docker build -t kcpshard:0.1.0 .`; the operator takes --image for a pushed one.
 DEFAULT_IMAGE = "kcpshard:0.1.0"
@@ -47,11 +47,6 @@ def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
         LABEL_COMPONENT: component,
         **extra,
     }
-
-
-def component_selector(shard: str, component: str) -> str:
-    """The label selector of one shard's objects of one component (`slot`, `front`)."""
-    return f"{LABEL_SHARD}={shard},{LABEL_COMPONENT}={component}"
 
 
 def shard_state_dir(namespace: str, shard: str) -> str:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kcpshard.k8s.builders import LABEL_COMPONENT, LABEL_SHARD, labels
-from kcpshard.k8s.names import budget_name
+from kcpshard.k8s.builders import labels
+from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD, budget_name
 from kcpshard.k8s.owners import owner_reference
 
 SERVING_COMPONENTS = ["front", "slot"]

@@ -13,8 +13,6 @@ from typing import Any
 from kcpshard.api.models import KcpShardSpec
 from kcpshard.k8s.builders import (
     DEFAULT_IMAGE,
-    LABEL_COMPONENT,
-    LABEL_SHARD,
     TEMPLATE_HASH,
     agent_security_context,
     downward_env,
@@ -23,7 +21,7 @@ from kcpshard.k8s.builders import (
     state_volume,
     template_hash,
 )
-from kcpshard.k8s.names import agent_name, front_name
+from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD, agent_name, front_name
 from kcpshard.k8s.owners import owner_reference
 
 # A front pod deleted or evicted serves on until another pod of its front serves, at most this long

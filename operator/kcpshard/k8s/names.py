@@ -13,6 +13,13 @@ import hashlib
 
 from kcpshard.api.basics import SlotName
 
+# The labels on everything a shard owns (the front agent reads them too, without the builders' models).
+LABEL_SHARD = "kcpshard.dev/shard"
+LABEL_SLOT = "kcpshard.dev/slot"
+LABEL_REVISION = "kcpshard.dev/revision"
+LABEL_COMPONENT = "kcpshard.dev/component"
+LABEL_START = "kcpshard.dev/start"
+
 # A label value: at most 63 characters (k8s.io/apimachinery/pkg/util/validation IsValidLabelValue).
 MAX_SHARD_NAME = 63
 MAX_NAME = 63
@@ -72,3 +79,8 @@ def backup_job_name(shard: str, roll: str) -> str:
 def lease_name(shard: str) -> str:
     """The operator's own per-shard Lease (two operator replicas)."""
     return fit(f"kcpshard-{shard}")
+
+
+def component_selector(shard: str, component: str) -> str:
+    """The label selector of one shard's objects of one component (`slot`, `front`)."""
+    return f"{LABEL_SHARD}={shard},{LABEL_COMPONENT}={component}"

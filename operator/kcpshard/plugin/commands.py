@@ -14,7 +14,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.api.annotations import ABORT, PROMOTE, REASSERT, RETRY
 from kcpshard.api.models import API_VERSION
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, Conflict
-from kcpshard.k8s.builders import LABEL_SHARD
+from kcpshard.k8s.names import LABEL_SHARD
 from kcpshard.plugin import live, objects, render, tables
 from kcpshard.plugin.checklist import Glyphs
 from kcpshard.roll.phase import Phase

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, ResourceRef
-from kcpshard.k8s.builders import LABEL_SHARD
+from kcpshard.k8s.names import LABEL_SHARD
 from kcpshard.plugin.checklist import ASCII, UNICODE, Glyphs
 
 # ----- output ------------------------------------------------------------------------------------
