@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
 
 from kcpshard import retry
 from kcpshard.agent import cli
 from kcpshard.agent import front_status as report
 from kcpshard.agent.errors import Failure
+from kcpshard.agent.front_address import FrontAddress, InvalidFront, front_address
 from kcpshard.agent.front_hold import hold_until_replaced, stop_when_replaced
 from kcpshard.agent.front_members import HAProxyContainers
 from kcpshard.agent.front_options import Options, parse_args
@@ -48,7 +48,6 @@ from kcpshard.agent.haproxy import HAProxy
 from kcpshard.agent.haproxy_config import HAProxyError
 from kcpshard.agent.lognotes import Notes, short
 from kcpshard.api.conditions import now
-from kcpshard.api.models import FrontSpec
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound
 
 log = logging.getLogger("kcpshard.agent.front")
@@ -122,9 +121,9 @@ class FrontAgent:
         """Run until ``stop`` is set; returns the exit code (Failure for a spec.front it cannot use)."""
         try:
             front = await self._read_front(stop)
-        except ValidationError as exc:
+        except InvalidFront as exc:
             raise Failure(
-                f"KcpShard {self.namespace}/{self.shard} has an invalid spec.front: {short(exc)}"
+                f"KcpShard {self.namespace}/{self.shard} has an invalid spec.front: {exc}"
             ) from None
         if front is None:
             return 0
@@ -176,7 +175,7 @@ class FrontAgent:
         log.info("front of %s/%s stopped", self.namespace, self.shard)
         return 0
 
-    async def _read_front(self, stop: asyncio.Event) -> FrontSpec | None:
+    async def _read_front(self, stop: asyncio.Event) -> FrontAddress | None:
         """The shard's spec.front, waiting (with backoff) while the API or the object is not there."""
         failures = 0
         while not stop.is_set():
@@ -184,7 +183,7 @@ class FrontAgent:
                 obj = await self.api.get(KCPSHARDS, self.namespace, self.shard)
                 self._obj = obj
                 self.pair.restarts = report.restarts_reported((obj.get("status") or {}).get("front") or {})
-                return FrontSpec.model_validate((obj.get("spec") or {}).get("front") or {})
+                return front_address((obj.get("spec") or {}).get("front") or {})
             except NotFound:
                 self.notes.problem(f"KcpShard {self.namespace}/{self.shard} not found; waiting for it")
             except (ApiError, httpx.HTTPError) as exc:
@@ -302,13 +301,13 @@ class FrontAgent:
         node = ((self._obj or {}).get("spec") or {}).get("node")
         return str(node) if node else os.environ.get("NODE_NAME") or socket.gethostname()
 
-    def _front_spec(self) -> FrontSpec | None:
+    def _front_spec(self) -> FrontAddress | None:
         if self._obj is None:
             return None
         try:
-            return FrontSpec.model_validate((self._obj.get("spec") or {}).get("front") or {})
-        except ValidationError as exc:
-            self.notes.warn_once(f"ignoring an invalid spec.front: {short(exc)}")
+            return front_address((self._obj.get("spec") or {}).get("front") or {})
+        except InvalidFront as exc:
+            self.notes.warn_once(f"ignoring an invalid spec.front: {exc}")
             return None
 
 

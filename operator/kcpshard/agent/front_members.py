@@ -14,12 +14,12 @@ import asyncio
 import logging
 from pathlib import Path
 
+from kcpshard.agent.front_address import FrontAddress
 from kcpshard.agent.front_pair import HAProxyPair
 from kcpshard.agent.haproxy import HAProxy, check_bindable
 from kcpshard.agent.haproxy_config import HAProxyBindError, HAProxyError
 from kcpshard.agent.haproxy_member import member_dir, pid_path, release_path
 from kcpshard.api.conditions import now
-from kcpshard.api.models import FrontSpec
 
 log = logging.getLogger("kcpshard.agent.front")
 
@@ -33,7 +33,7 @@ _NOT_WRITTEN = ("", 0)  # no backend is this: the configs are written on the fir
 class HAProxyContainers(HAProxyPair):
     """The pair's interface over members that the kubelet runs (`members_dir`: the pod's shared folder)."""
 
-    def start_with(self, front: FrontSpec) -> None:
+    def start_with(self, front: FrontAddress) -> None:
         self.members = [
             HAProxy(member_dir(self.state_dir, index), front.address, front.port)
             for index in range(self.size)
@@ -51,7 +51,7 @@ class HAProxyContainers(HAProxyPair):
     def until_next_start(self) -> float | None:
         return None if len(self.serving) >= self.size else POLL_SECONDS
 
-    async def ensure(self, front: FrontSpec | None) -> list[int]:
+    async def ensure(self, front: FrontAddress | None) -> list[int]:
         first = self.members[0]
         if front is not None and (front.address, front.port) != (first.bind_address, first.bind_port):
             # The Deployment's template names the address (builders), so a new pod comes for it.

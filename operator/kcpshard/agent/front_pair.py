@@ -14,12 +14,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from kcpshard import retry
+from kcpshard.agent.front_address import FrontAddress
 from kcpshard.agent.front_status import Backend
 from kcpshard.agent.haproxy import HAProxy, check_bindable
 from kcpshard.agent.haproxy_config import SLOTS, HAProxyBindError, HAProxyError
 from kcpshard.agent.lognotes import Notes, short
 from kcpshard.api.conditions import now
-from kcpshard.api.models import FrontSpec
 
 log = logging.getLogger("kcpshard.agent.front")
 
@@ -61,7 +61,7 @@ class HAProxyPair:
         self._start_failures = 0
         self._next_start = 0.0  # loop time of the next start attempt
 
-    def start_with(self, front: FrontSpec) -> None:
+    def start_with(self, front: FrontAddress) -> None:
         self.members = [
             HAProxy(self.state_dir / f"haproxy-{index}", front.address, front.port, self.binary)
             for index in range(self.size)
@@ -80,7 +80,7 @@ class HAProxyPair:
             return None
         return max(self._next_start - asyncio.get_running_loop().time(), 0.0)
 
-    async def ensure(self, front: FrontSpec | None) -> list[int]:
+    async def ensure(self, front: FrontAddress | None) -> list[int]:
         """The running members, each (re)started when it died or spec.front moved them; [] while none can."""
         first = self.members[0]
         if front is not None and (front.address, front.port) != (first.bind_address, first.bind_port):

@@ -4,9 +4,9 @@ line (and one when it is over), not a line per try."""
 from __future__ import annotations
 
 import logging
+import sys
 
 import httpx
-from pydantic import ValidationError
 
 
 class Notes:
@@ -35,7 +35,9 @@ class Notes:
 
 def short(exc: BaseException) -> str:
     """One line, for logs: no traceback, no request bodies (ApiError's str carries none)."""
-    if isinstance(exc, ValidationError):
+    # pydantic only if loaded already: the agents that never use it do not pay its import
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(exc, pydantic.ValidationError):
         return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
     text = str(exc).splitlines()[0] if str(exc) else ""
     return f"{type(exc).__name__}: {text}" if isinstance(exc, httpx.HTTPError | OSError) else text
