@@ -9,6 +9,7 @@ cluster does: `pytest.mark.asyncio(loop_scope="session")` in each module's `pyte
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -30,17 +31,25 @@ def _in_cluster(request: pytest.FixtureRequest) -> bool:
     return bool(getattr(request.module, "OPERATOR_IN_CLUSTER", True))
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def session_cluster(tmp_path_factory: pytest.TempPathFactory, images: Images) -> AsyncIterator[Stack]:
+@contextlib.asynccontextmanager
+async def new_cluster(tmp_path_factory: pytest.TempPathFactory, images: Images) -> AsyncIterator[Stack]:
+    """A cluster with a real node and the in-cluster operator."""
     node = NodeImages(tars=(images.product.tar, images.test.tar), operator=images.test.name)
     directory = tmp_path_factory.mktemp("e2e-cluster")
     async with running_stack(directory, node=node, operator=True) as stack:
         yield stack
 
 
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def session_cluster(tmp_path_factory: pytest.TempPathFactory, images: Images) -> AsyncIterator[Stack]:
+    async with new_cluster(tmp_path_factory, images) as stack:
+        yield stack
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def cluster(session_cluster: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
-    """The session's cluster for one module; without its in-cluster operator if the module says so."""
+    """The session's cluster for one module; without its in-cluster operator if the module says so. (A
+    module may define its own `cluster`, e.g. `new_cluster`, for a cluster of its own.)"""
     if _in_cluster(request):
         yield session_cluster
         return
