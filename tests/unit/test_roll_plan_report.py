@@ -70,7 +70,8 @@ def test_outage_exists_only_where_the_old_slot_exited_before_the_flip() -> None:
     assert spans["outage"] == 4.5
     assert spans["startToReady"] == 3.75
     assert spans["drain"] == 0.0  # a zero span is kept
-    assert "oldExit" not in spans and "backup" not in spans
+    assert spans["oldExit"] == 2.0  # Single: from the roll's start, the old slot stopping first
+    assert "backup" not in spans
 
 
 def test_spans_need_both_timestamps() -> None:
@@ -152,3 +153,11 @@ def test_the_operators_share_leaves_out_the_node_starting_the_slot_and_every_wai
     # the probe 1.5
     assert taken["operatorShare"] == 4.5
     assert "slotStart" not in slot_durations(slot, spans, {})  # no slotCreated stamp: not reported
+
+
+def test_a_single_rolls_share_leaves_out_the_old_slot_stopping_first() -> None:
+    times = stamps(kcpStarted=3.0, kcpReady=5.5)
+    slot = SlotView(SlotName.B, "rev", started_at=times["kcpStarted"], ready_at=times["kcpReady"])
+    taken = slot_durations(slot, plan.durations(SINGLE), SINGLE)
+    # 10 s in all, less the old slot's stop 2, the slot's start 0.5, kcp's 2.5, the lease 1.5, the probe 1
+    assert taken["operatorShare"] == 2.5

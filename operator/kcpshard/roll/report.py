@@ -33,6 +33,8 @@ REPORT_SPANS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("startToReady", ("slotStarting",), "ready"),
     ("flip", ("ready",), "flipped"),
     ("oldExit", ("flipped",), "oldExited"),
+    # Single stops the old slot first: its exit counts from the roll's start (after the backup).
+    ("oldExit", ("started", "backedUp"), "oldExited"),
     # From whichever came last: blue/green stops the old slot after the flip, Single before the start.
     ("leaseHandover", ("flipped", "oldExited"), "leaseHandedOver"),
     ("probe", ("leaseHandedOver",), "probed"),
@@ -50,6 +52,8 @@ REPORT_SPANS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 def durations(timestamps: Mapping[str, str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, starts, end in REPORT_SPANS:
+        if name in out:  # a second way to measure the same span applies only where the first did not
+            continue
         begun = [cond.parse_time(timestamps[s]) for s in starts if s in timestamps]
         if begun and end in timestamps:
             delta = cond.parse_time(timestamps[end]) - max(begun)
