@@ -44,6 +44,8 @@ def roll_steps(times: Mapping[str, float], origin: float) -> list[tuple[str, flo
     timestamps and does not run backwards (as `durations` has them: no "outage" in a blue/green roll)."""
     out: list[tuple[str, float, float]] = []
     for name, starts, end in REPORT_SPANS:
+        if any(name == seen for seen, _, _ in out):  # a second way to measure a span, as in `durations`
+            continue
         begun = [times[s] for s in starts if s in times]
         if begun and end in times and times[end] >= max(begun):
             out.append((name, max(begun) - origin, times[end] - origin))

@@ -93,7 +93,8 @@ def test_single_roll_with_missing_timestamps_does_not_raise(tmp_path: Path) -> N
     render_timeline(single, load(10.0, failing=(1.5, 7.2)), {"old exit": START}, out, "single")
     assert png_size(out) == (1200, 720)
     names = [name for name, _, _ in roll_steps(report_times(single), START.timestamp())]
-    assert names == ["startToReady", "flip", "outage", "total"]  # no backwards oldExit
+    # no backwards oldExit from the flip: a Single's old slot stops first, from the roll's start
+    assert names == ["startToReady", "flip", "oldExit", "outage", "total"]
 
 
 def test_empty_report_and_no_load_do_not_raise(tmp_path: Path) -> None:
