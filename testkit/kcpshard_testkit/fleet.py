@@ -49,6 +49,7 @@ from kcpshard_testkit.waiting import wait_for
 
 SNI_NAME = "shards.fleet.kcp"  # not in any DNS: only kcp's own clients name it, to get the shared cert
 CACHE_SECRET = "fleet-cache-kubeconfig"
+SHUTDOWN_DELAY_SECONDS = 0  # see Fleet.manifest
 ROOT_SHARD_SECRET = "fleet-root-shard-kubeconfig"
 START_TIMEOUT = 180.0
 SHARD_TIMEOUT = 600.0  # a real kcp starts in tens of seconds on a busy 2-core machine; three at once
@@ -162,8 +163,17 @@ class Fleet:
             }
         # The first probes wait for the front-proxy, which waits for every shard's root material.
         roll = {"probeTimeoutSeconds": 300}
+        # No shutdown delay: kcp closes its quota admission at SIGTERM yet serves on through the delay, so a
+        # create that kcp's front-proxy sends on its connection to the old kcp in that window fails (one per
+        # shard roll with 2 s). The front has flipped before the old kcp stops, so the delay buys nothing.
         manifest = self.stack.manifest(
-            name, self.ports[name], kcp=kcp, shard=shard, extraArgs=self.shard_args(), roll=roll
+            name,
+            self.ports[name],
+            kcp=kcp,
+            shard=shard,
+            extraArgs=self.shard_args(),
+            roll=roll,
+            shutdownDelaySeconds=SHUTDOWN_DELAY_SECONDS,
         )
         return manifest
 
