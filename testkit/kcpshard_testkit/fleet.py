@@ -44,7 +44,7 @@ from kcpshard_testkit.pki import CertificateAuthority, Issued, write_private
 from kcpshard_testkit.realkcp import TOOLS_BIN
 from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.tcp import free_port
-from kcpshard_testkit.tls import new_token
+from kcpshard_testkit.tls import kubeconfig_document, new_token
 from kcpshard_testkit.waiting import wait_for
 
 SNI_NAME = "shards.fleet.kcp"  # not in any DNS: only kcp's own clients name it, to get the shared cert
@@ -69,20 +69,9 @@ def _b64(data: bytes) -> str:
 def kubeconfig(
     server: str, ca: bytes, user: Issued, *, context: str = "fleet", server_name: str | None = None
 ) -> bytes:
-    """A one-context kubeconfig with everything inline (a Secret or a file on the node carries it)."""
-    cluster: dict[str, Any] = {"server": server, "certificate-authority-data": _b64(ca)}
-    if server_name:
-        cluster["tls-server-name"] = server_name
-    user_data = {"client-certificate-data": _b64(user.cert), "client-key-data": _b64(user.key)}
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": context, "cluster": cluster}],
-        "users": [{"name": context, "user": user_data}],
-        "contexts": [{"name": context, "context": {"cluster": context, "user": context}}],
-        "current-context": context,
-    }
-    return yaml.safe_dump(config, sort_keys=False).encode()
+    """A kubeconfig of a client certificate, everything inline (a Secret or a file on the node carries it)."""
+    credentials = {"client-certificate-data": _b64(user.cert), "client-key-data": _b64(user.key)}
+    return kubeconfig_document(server, ca, credentials, context=context, server_name=server_name)
 
 
 @dataclass
@@ -165,7 +154,8 @@ class Fleet:
         roll = {"probeTimeoutSeconds": 300}
         # No shutdown delay: kcp closes its quota admission at SIGTERM yet serves on through the delay, so a
         # create that kcp's front-proxy sends on its connection to the old kcp in that window fails (one per
-        # shard roll with 2 s). The front has flipped before the old kcp stops, so the delay buys nothing.
+        # shard roll with 2 s; fewer with 0, but not none). The front has flipped before the old kcp stops,
+        # so the delay buys nothing.
         manifest = self.stack.manifest(
             name,
             self.ports[name],

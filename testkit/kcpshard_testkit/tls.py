@@ -16,7 +16,15 @@ import yaml
 
 from kcpshard_testkit.pki import CertificateAuthority, write_private
 
-__all__ = ["make_certificates", "new_token", "server_context", "write_kubeconfig", "write_private"]
+__all__ = [
+    "kubeconfig_document",
+    "make_certificates",
+    "namespaced_kubeconfig",
+    "new_token",
+    "server_context",
+    "write_kubeconfig",
+    "write_private",
+]
 
 CONTEXT = "kcpshard-dev"
 
@@ -54,26 +62,38 @@ def write_kubeconfig(
     credentials = dict(user or {})
     if token is not None:
         credentials["token"] = token
+    write_private(path, kubeconfig_document(url, ca_path.read_bytes(), credentials, namespace=namespace))
+
+
+def kubeconfig_document(
+    server: str,
+    ca_pem: bytes,
+    user: dict[str, Any],
+    *,
+    context: str = CONTEXT,
+    namespace: str | None = None,
+    server_name: str | None = None,
+) -> bytes:
+    """A one-context kubeconfig with everything inline (for a file, or a Secret that carries it)."""
+    cluster: dict[str, Any] = {
+        "server": server,
+        "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+    }
+    if server_name:
+        cluster["tls-server-name"] = server_name
+    names: dict[str, Any] = {"cluster": context, "user": context}
+    if namespace is not None:
+        names["namespace"] = namespace
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [
-            {
-                "name": CONTEXT,
-                "cluster": {
-                    "server": url,
-                    "certificate-authority-data": base64.b64encode(ca_path.read_bytes()).decode(),
-                },
-            }
-        ],
-        "users": [{"name": CONTEXT, "user": credentials}],
-        "contexts": [
-            {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}
-        ],
-        "current-context": CONTEXT,
+        "clusters": [{"name": context, "cluster": cluster}],
+        "users": [{"name": context, "user": user}],
+        "contexts": [{"name": context, "context": names}],
+        "current-context": context,
         "preferences": {},
     }
-    write_private(path, yaml.safe_dump(config, sort_keys=False).encode())
+    return yaml.safe_dump(config, sort_keys=False).encode()
 
 
 def namespaced_kubeconfig(source: Path, namespace: str, path: Path) -> Path:
