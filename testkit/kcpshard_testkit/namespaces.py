@@ -19,7 +19,7 @@ import shutil
 
 import httpx
 
-from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, ResourceRef
+from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, NAMESPACES, NODES, PODS, ResourceRef
 from kcpshard_testkit.stack import Stack
 from kcpshard_testkit.waiting import wait_for
 
@@ -71,6 +71,21 @@ def _delete_store_prefix(endpoint: str, prefix: str) -> None:
     httpx.post(f"{endpoint}/v3/kv/deleterange", json=body, timeout=10).raise_for_status()
 
 
+async def _release_pods_of_missing_nodes(stack: Stack) -> None:
+    """Force-delete the pods bound to a node that does not exist (a test's `node: no-such-node`): no
+    kubelet will confirm their end, and kube-controller-manager's pod GC waits 40 s before it does."""
+    nodes = {item["metadata"]["name"] for item in (await stack.api.list(NODES, None))["items"]}
+    orphans = [
+        pod["metadata"]["name"]
+        for pod in (await stack.api.list(PODS, stack.namespace))["items"]
+        if pod["spec"].get("nodeName") and pod["spec"]["nodeName"] not in nodes
+    ]
+    if orphans:
+        stack.kubectl(
+            "-n", stack.namespace, "delete", "pods", *orphans, "--force", "--grace-period=0", check=False
+        )
+
+
 async def close_namespace(stack: Stack, timeout: float = 120) -> None:
     namespace = stack.namespace
     stack.kubectl("-n", namespace, "delete", "kcpshards", "--all", "--wait=false", check=False)
@@ -80,6 +95,7 @@ async def close_namespace(stack: Stack, timeout: float = 120) -> None:
         _unfinalize(stack, "kcpshards", stuck)
         _unfinalize(stack, "kcpslots", await _names(stack, KCPSLOTS))
     stack.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    await _release_pods_of_missing_nodes(stack)
 
     async def gone() -> bool:
         listed = await stack.api.list(NAMESPACES, None, field_selector=f"metadata.name={namespace}")

@@ -35,7 +35,7 @@ def test_a_non_root_shard_probes_through_its_root_shard_onto_itself() -> None:
     assert isinstance(action, Probe), action
     via = action.via
     assert via is not None and (via.shard, via.url, action.location) == ("root", ROOT_URL, "beta")
-    assert via.leftovers.startswith(SHARD_PROBE_PREFIX) and action.prefix == f"{via.leftovers}{REV[:8]}"
+    assert action.leftovers.startswith(SHARD_PROBE_PREFIX) and action.prefix == f"{action.leftovers}{REV[:8]}"
     # the root's own clean-up (by PROBE_PREFIX) can never take this shard's probe under way
     assert not action.prefix.startswith(PROBE_PREFIX) and len(action.prefix) <= 56
     assert action.url == URL  # its own front, for the identitycache clean-up
@@ -46,7 +46,7 @@ def test_a_root_shard_or_a_non_root_one_without_a_known_root_probes_through_its_
     for spec, view in ((SPEC, root_view), (NON_ROOT, None), (NON_ROOT, plan.RootShardView("root", True))):
         action = probe_of(spec, view)
         assert isinstance(action, Probe) and action.via is None, action
-        assert action.prefix == f"{PROBE_PREFIX}{REV[:8]}"
+        assert action.prefix == f"{PROBE_PREFIX}{REV[:8]}" and action.leftovers == PROBE_PREFIX
         # placed on the shard itself: a root's probe never lands on a non-root shard that is rolling
         assert action.location == spec.shard.name
 
@@ -62,9 +62,14 @@ async def test_the_probe_via_root_uses_the_roots_credentials_and_its_own_front_f
         return root.connect  # type: ignore[return-value]
 
     ctx = ActContext(RecordingApi(), "default", "beta", OperatorConfig(), own.connect, LOG, kcp_of)  # type: ignore[arg-type]
-    via = ProbeVia("root", ROOT_URL, "kcpshard-shard-probe-abc123-")
     action = Probe(
-        URL, "kcpshard-shard-probe-abc123-r", 9.0, stale_identity_cache="v0.33.0", via=via, location="beta"
+        URL,
+        "kcpshard-shard-probe-abc123-r",
+        9.0,
+        leftovers="kcpshard-shard-probe-abc123-",
+        stale_identity_cache="v0.33.0",
+        via=ProbeVia("root", ROOT_URL),
+        location="beta",
     )
     outcome = await probe_handlers.probe(ctx, action)
     assert isinstance(outcome, ProbeReady) and outcome.identity_cache_deleted

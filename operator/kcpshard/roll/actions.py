@@ -268,7 +268,6 @@ class ProbeVia:
 
     shard: str  # the root's KcpShard: its front and its shard-admin credentials
     url: str  # the root's front
-    leftovers: str  # the name prefix of this shard's probe workspaces, for the clean-up
 
 
 @dataclass(frozen=True)
@@ -278,6 +277,9 @@ class Probe(Action):
     url: str
     prefix: str
     timeout: float
+    # The name prefix of this shard's probe workspaces: the clean-up of an earlier probe cut short deletes
+    # these before the new one starts, and never another shard's.
+    leftovers: str = PROBE_PREFIX
     # The kcp version that no longer reads the `identitycache` ConfigMap: delete it (None: keep it).
     stale_identity_cache: str | None = None
     via: ProbeVia | None = None  # a non-root shard's probe, through its root shard

@@ -286,17 +286,27 @@ def probe_via(obs: Observed, spec: KcpShardSpec) -> ProbeVia | None:
     root = obs.root_shard
     if spec.shard.root or root is None or not root.found or not root.front_url:
         return None
+    return ProbeVia(root.name, root.front_url)
+
+
+def probe_leftovers(spec: KcpShardSpec, via: ProbeVia | None) -> str:
+    """The name prefix of a shard's probe workspaces. A non-root shard's are made in its root's `root`
+    workspace beside the root's own, so theirs carry a digest of the shard's name."""
+    if via is None:
+        return PROBE_PREFIX
     digest = hashlib.sha256(spec.shard.name.encode()).hexdigest()[:6]
-    return ProbeVia(root.name, root.front_url, f"{SHARD_PROBE_PREFIX}{digest}-")
+    return f"{SHARD_PROBE_PREFIX}{digest}-"
 
 
 def probing(obs: Observed, rollout: RolloutStatus) -> Action:
     spec, runs = roll_spec(obs), slot_spec(obs, rollout)
     until = deadline(rollout, spec.roll.probe_timeout_seconds)
     via = probe_via(obs, spec)
+    leftovers = probe_leftovers(spec, via)
     return Probe(
         front_url(spec),
-        prefix=f"{via.leftovers if via else PROBE_PREFIX}{rollout.target_revision[:8]}",
+        prefix=f"{leftovers}{rollout.target_revision[:8]}",
+        leftovers=leftovers,
         timeout=max((until - obs.now).total_seconds(), 0.1),
         stale_identity_cache=runs.kcp.version if identity_cache_stale(runs) else None,
         via=via,

@@ -6,7 +6,7 @@ from kcpshard.api import conditions as cond
 from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.kcp_access import NoRootMaterial
 from kcpshard.kcp.errors import KcpError
-from kcpshard.roll.actions import PROBE_PREFIX, Probe
+from kcpshard.roll.actions import Probe
 from kcpshard.roll.outcomes import PROBE_STAMPS, Failed, ProbeNotReady, ProbeReady
 
 
@@ -17,7 +17,7 @@ async def probe(ctx: ActContext, action: Probe) -> ProbeReady | ProbeNotReady | 
     try:
         async with await connect(via.url if via is not None else action.url) as kcp:
             # An operator stopped during an earlier probe left its workspace behind: remove it first.
-            for leftover in await kcp.delete_workspaces(via.leftovers if via is not None else PROBE_PREFIX):
+            for leftover in await kcp.delete_workspaces(action.leftovers):
                 ctx.logger.info(f"deleted the leftover probe workspace {leftover}")
             try:
                 result = await kcp.probe(action.prefix, timeout=action.timeout, location=action.location)
