@@ -7,6 +7,7 @@ The changes themselves are the pure functions of `status_changes`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
@@ -148,9 +149,9 @@ class StatusWriter:
         self.tell(obs, action.event)
 
     async def advance(self, obs: Observed, action: Advance) -> None:
-        # The slots' conditions first: an operator stopped between the writes redoes them all.
-        for mark in action.marks:
-            await self.mark_slot(mark)
+        # The slots' conditions first: an operator stopped between the writes redoes them all. Each mark is
+        # on a slot of its own: at once.
+        await asyncio.gather(*(self.mark_slot(mark) for mark in action.marks))
         rollout = _rollout(obs)
         await self._mutate(changes.advance(rollout, action, obs.generation, cond.now_precise()))
         if action.warning is not None:

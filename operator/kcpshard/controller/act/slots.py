@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from typing import Any
 
 from kcpshard.api.models import SlotName
 from kcpshard.controller.act.context import ActContext, create_once
@@ -19,20 +21,27 @@ async def create_slot(ctx: ActContext, action: CreateSlot, obs: Observed) -> str
     A KcpSlot already there (an operator stopped between the two writes) keeps its start counter:
     the Job is named after the slot object as it is.
     """
-    await ensure_agent_identity(ctx, obs, [action.spec])
     shard = dict(obs.shard)
     body = builders.kcpslot(shard, action.slot, action.revision, action.start, roll_id=action.roll_id)
-    try:
-        slot_obj = await ctx.api.create(KCPSLOTS, ctx.namespace, body)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-        slot_obj = await ctx.api.get(KCPSLOTS, ctx.namespace, body["metadata"]["name"])
+    # The agent's identity must exist before the Job's pod (its ServiceAccount is admitted then), not
+    # before the KcpSlot: both at once.
+    _, slot_obj = await asyncio.gather(
+        ensure_agent_identity(ctx, obs, [action.spec]), _slot_object(ctx, body)
+    )
     job = builders.slot_job(
         shard, action.spec, slot_obj, image=ctx.config.image, agent_command=ctx.config.agent_command
     )
     await create_once(ctx, JOBS, job)
     return str(job["metadata"]["name"])
+
+
+async def _slot_object(ctx: ActContext, body: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return await ctx.api.create(KCPSLOTS, ctx.namespace, body)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        return await ctx.api.get(KCPSLOTS, ctx.namespace, body["metadata"]["name"])
 
 
 async def delete_slot(ctx: ActContext, slot: SlotName) -> None:
