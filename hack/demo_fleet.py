@@ -3,13 +3,12 @@
 A root shard and two non-root shards (KcpShards), kcp's cache server and kcp's front-proxy
 (`kcpshard_testkit.fleet`), all on kcp v0.30.0; a workspace on each shard with a client reading in it
 through kcp's front-proxy; then one apply moves every shard to v0.31.2. The root rolls first, the others
-wait (WaitingForRootShard) and then roll, each blue/green; the fleet's progress is shown as it goes, then
-each roll's report and what the clients saw. tests/e2e/test_real_fleet.py asserts the same run.
+wait (WaitingForRootShard) and then roll, each blue/green; `kubectl kcpshard list -A -w` shows it as it
+goes, then each roll's report and what the clients saw. tests/e2e/test_real_fleet.py asserts the same run.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 from pathlib import Path
@@ -17,10 +16,12 @@ from pathlib import Path
 from kcpshard.api import conditions as cond
 from kcpshard_testkit.fleet import Fleet
 from kcpshard_testkit.image import build_image
+from kcpshard_testkit.kubectl import ListWatch
 from kcpshard_testkit.load import KubeStyleLoad
 from kcpshard_testkit.namespaces import close_namespace, open_namespace
 from kcpshard_testkit.realkcp import NEWER, OLDER, on_the_node, real_kcp
 from kcpshard_testkit.stack import NodeImages, Stack, running_stack
+from kcpshard_testkit.waiting import wait_for
 
 TIMEOUT = 900.0
 
@@ -29,28 +30,23 @@ def say(text: str) -> None:
     print(f"\n=== {text}", flush=True)
 
 
-async def progress(stack: Stack, fleet: Fleet, timeout: float) -> None:
-    """One line per change of the fleet (what `kubectl kcpshard list -w` shows) until every roll ended."""
-    start, last = time.monotonic(), ""
-    while time.monotonic() - start < timeout:
-        cells, busy = [], False
+async def rolled(stack: Stack, fleet: Fleet, timeout: float) -> None:
+    """Until every shard of the fleet has rolled to its spec: seen, no roll under way, none waiting."""
+
+    async def done() -> bool:
         for name in fleet.shards:
             body = await stack.shard(name)
             status = body.get("status") or {}
-            step = (status.get("rollout") or {}).get("step")
             reason = (cond.find(status.get("conditions"), "Reconciling") or {}).get("reason")
-            version = ((status.get("activeSpec") or {}).get("kcp") or {}).get("version")
-            seen = status.get("observedGeneration") == body["metadata"]["generation"]
-            busy = busy or not seen or step is not None or reason == "WaitingForRootShard"
-            cells.append(f"{name}: {version} {step or reason or '-':<20}")
-        line = " | ".join(cells)
-        if line != last:
-            print(f"  +{time.monotonic() - start:6.1f}s  {line}", flush=True)
-            last = line
-        if not busy:
-            return
-        await asyncio.sleep(0.5)
-    raise TimeoutError(f"the fleet did not finish rolling in {timeout:.0f}s")
+            if (
+                status.get("observedGeneration") != body["metadata"]["generation"]
+                or status.get("rollout")
+                or reason == "WaitingForRootShard"
+            ):
+                return False
+        return True
+
+    await wait_for("the fleet rolled", done, timeout=timeout, interval=0.5)
 
 
 async def demo(workdir: Path) -> None:
@@ -75,9 +71,15 @@ async def demo(workdir: Path) -> None:
             say(f"clients read in each workspace through kcp's front-proxy ({fleet.url})")
 
             say(f"one kubectl apply: every shard to kcp {newer.version}")
+            print("kubectl kcpshard list -A -w: a row per change", flush=True)
+            listing = ListWatch(Path(stack.info.kubeconfig), echo=True)
+            await listing.start()
             applied = time.monotonic()
             await fleet.apply({"version": newer.version, "binary": on_the_node(newer)})
-            await progress(stack, fleet, TIMEOUT)
+            try:
+                await rolled(stack, fleet, TIMEOUT)
+            finally:
+                await listing.stop()
             seconds = time.monotonic() - applied
 
             say("the rolls (status.lastRoll) and the clients")

@@ -13,7 +13,6 @@ shutdown delay (`fleet.SHUTDOWN_DELAY_SECONDS`), which narrows that window.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from tests.e2e.conftest import new_cluster
 from kcpshard.api import conditions as cond
 from kcpshard_testkit import scenario
 from kcpshard_testkit.fleet import Fleet
+from kcpshard_testkit.kubectl import ListWatch
 from kcpshard_testkit.leasewatch import LeaseWatch
 from kcpshard_testkit.load import KubeStyleLoad
 from kcpshard_testkit.realkcp import NEWER, OLDER, RealKcp, on_the_node, real_kcp
@@ -61,39 +61,6 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory, images: Images) -> A
 def kcp_spec(kcp: RealKcp) -> dict[str, str]:
     """The binary as users put it on their node (README), at `/var/lib/kcpshard/bin/kcp-<version>`."""
     return {"version": kcp.version, "binary": on_the_node(kcp)}
-
-
-class Progress:
-    """The fleet's KcpShards through the upgrade, polled: each one's step and Reconciling reason as they
-    change, with when (what `kubectl kcpshard list -A -w` shows a person)."""
-
-    def __init__(self, stack: Stack, names: tuple[str, ...]) -> None:
-        self.stack, self.names = stack, names
-        self.seen: dict[str, list[tuple[float, str | None, str | None]]] = {n: [] for n in names}
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _run(self) -> None:
-        while True:
-            for name in self.names:
-                with contextlib.suppress(Exception):  # a failed read is a missed sample, not a failure
-                    status = (await self.stack.shard(name)).get("status") or {}
-                    step = (status.get("rollout") or {}).get("step")
-                    reason = (cond.find(status.get("conditions"), "Reconciling") or {}).get("reason")
-                    if not self.seen[name] or self.seen[name][-1][1:] != (step, reason):
-                        self.seen[name].append((time.time(), step, reason))
-            await asyncio.sleep(0.5)
-
-    def reasons(self, name: str) -> list[str]:
-        return [reason for _, _, reason in self.seen[name] if reason]
 
 
 class Clients:
@@ -144,7 +111,7 @@ class Clients:
 async def test_real_fleet_upgrades_from_one_apply_root_first_blue_green(stack: Stack, tmp_path: Path) -> None:
     older, newer = real_kcp(OLDER), real_kcp(NEWER)
     fleet = Fleet(stack, tmp_path / "fleet")
-    progress = Progress(stack, fleet.shards)
+    progress = ListWatch(Path(stack.info.kubeconfig))  # what a person follows: kubectl kcpshard list -A -w
     try:
         started = time.monotonic()
         await fleet.start(kcp_spec(older))
@@ -158,7 +125,7 @@ async def test_real_fleet_upgrades_from_one_apply_root_first_blue_green(stack: S
         admins = {shard: await fleet.shard_admin_token(shard) for shard in fleet.shards}
         clients = Clients(fleet, workspaces, admins)
         await clients.start()
-        progress.start()
+        await progress.start()
         applied = time.time()
         await fleet.apply(kcp_spec(newer))
         rolled = await asyncio.gather(
@@ -172,6 +139,7 @@ async def test_real_fleet_upgrades_from_one_apply_root_first_blue_green(stack: S
         await progress.stop()
         await fleet.stop()
 
+    ns = stack.namespace
     reports = {shard: body["status"]["lastRoll"] for shard, body in zip(fleet.shards, rolled, strict=True)}
     for shard, body in zip(fleet.shards, rolled, strict=True):
         last = reports[shard]
@@ -184,12 +152,12 @@ async def test_real_fleet_upgrades_from_one_apply_root_first_blue_green(stack: S
         )
         print(f"  through kcp's front-proxy: {load.summary()}")
         print(f"  watching: {watch.summary()}; errors {watch.first_errors}")
-        print(
-            f"  steps: {[(round(t - applied, 1), step, reason) for t, step, reason in progress.seen[shard]]}"
-        )
+        changes = progress.changes(ns, shard, applied)
+        print(f"  kubectl kcpshard list -A -w (s, STATUS, VERSION, STEP): {changes}")
         assert last["result"] == "Succeeded", last
         assert (last["shape"], last["fromSlot"], last["toSlot"]) == ("BlueGreen", "a", "b"), last
         assert body["status"]["activeSpec"]["kcp"]["version"] == newer.version
+        assert changes[-1][2] == newer.version, changes  # the plugin's last row: the newer kcp
         assert gap, f"no handover of {shard}'s controller lease seen"
         # kcp's shutdown answer (503 with Retry-After) was retried, as client-go does
         assert load.failed == 0, (shard, load.failures)
@@ -218,5 +186,5 @@ async def test_real_fleet_upgrades_from_one_apply_root_first_blue_green(stack: S
             f"{shard} started {(began - root_flipped).total_seconds():.1f}s after the root's flip, "
             f"{(began - root_finished).total_seconds():.1f}s after the root's roll ended"
         )
-        assert "WaitingForRootShard" in progress.reasons(shard), progress.seen[shard]
+        assert "WaitingForRootShard" in [row["STEP"] for _, row in progress.of(ns, shard)], progress.rows
         assert began >= root_flipped, (shard, reports[shard]["timestamps"], reports[fleet.root]["timestamps"])

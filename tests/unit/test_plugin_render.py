@@ -418,6 +418,9 @@ def test_list_table_as_kubectl_lays_it_out() -> None:
     ]
     assert lines[1].split() == ["default", "root", "Healthy", "a", "r1", "v0.32.1", "<none>", "9s"]
     assert lines[2].split() == ["team", "beta", "Progressing", "<none>", "<none>", "<none>", "Probing", "9s"]
+    # a shard held before its roll starts shows why in STEP
+    held = shard(conditions=[cond("Reconciling", "True", "WaitingForRootShard", "waiting for root shard")])
+    assert tables.list_lines([held], NOW)[1].split()[-2] == "WaitingForRootShard"
     # columns start where their header does
     assert lines[1].index("Healthy") == lines[0].index("STATUS")
     assert tables.list_lines([a], NOW)[0].split()[0] == "NAME"

@@ -42,10 +42,21 @@ def list_row(shard: Obj, now: datetime.datetime, *, all_namespaces: bool = False
         str(status.get("activeSlot") or "<none>"),
         str(status.get("activeRevision") or "<none>"),
         active_version(status) or "<none>",
-        str(rollout.get("step") or "<none>"),
+        str(rollout.get("step") or _held(shard) or "<none>"),
         age(meta.get("creationTimestamp"), now),
     ]
     return [str(meta.get("namespace", "")), *row] if all_namespaces else row
+
+
+def _held(shard: Obj) -> str | None:
+    """Why a shard with no roll under way is still reconciling (WaitingForRootShard): the STEP column shows
+    it, so a fleet's non-root shards read as waiting, not as idle."""
+    reconciling = objects.condition(shard, "Reconciling")
+    return (
+        str(reconciling["reason"])
+        if reconciling.get("status") == "True" and reconciling.get("reason")
+        else None
+    )
 
 
 def list_header(all_namespaces: bool) -> tuple[str, ...]:
