@@ -24,10 +24,16 @@ typecheck: bootstrap
 # stays on one worker: tests/node starts a cluster with a real node per module (its tests break it), the
 # e2e tests share one per worker. PYTEST_WORKERS=0: serial.
 PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/pytest --durations=25 -n $(PYTEST_WORKERS) --dist loadfile
 pytest: bootstrap tools image test-image
-	$(BIN)/pytest --durations=25 -n $(PYTEST_WORKERS) --dist loadfile
+	$(PYTEST)
 
-test: lint typecheck pytest
+# mypy runs beside pytest (its half minute of one core overlaps the clusters' start); either failing fails.
+test: lint bootstrap tools image test-image
+	@echo "$(BIN)/mypy & $(PYTEST)"
+	@$(BIN)/mypy & typecheck=$$!; $(PYTEST); tests=$$?; wait $$typecheck; checked=$$?; \
+	  [ $$checked -eq 0 ] || echo "make test: mypy found errors (above)"; \
+	  [ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 
 # On a real node (containerd, kubelet) with the operator in a container of `make image`; the stand-in kcp,
 # or with REAL=1 real kcp (v0.30.0 -> v0.31.2) from `make tools`, put on the node as the README says;

@@ -13,10 +13,8 @@ Everything else (ServiceAccount, RBAC, non-root user, liveness probe, resources)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
@@ -130,24 +128,40 @@ async def install_operator_with_helm(kubeconfig: Path, *, image: str) -> str:
     return text
 
 
-@contextlib.asynccontextmanager
-async def operator_stopped(kubeconfig: Path) -> AsyncIterator[None]:
-    """deploy/base's operator scaled to 0 (its pods gone) for tests that run operators of their own on a
-    shared cluster; its replicas back, one available, afterwards."""
-    ns, deployment = ("-n", OPERATOR_NAMESPACE), f"deployment/{OPERATOR_DEPLOYMENT}"
-    replicas = await kubectl(kubeconfig, *ns, "get", deployment, "-o", "jsonpath={.spec.replicas}")
-    await kubectl(kubeconfig, *ns, "scale", deployment, "--replicas=0")
-    selector = f"app.kubernetes.io/name={OPERATOR_DEPLOYMENT}"
+class InClusterOperator:
+    """deploy/base's operator on a shared cluster, stopped (scaled to 0, its pods gone) for the tests that
+    run operators of their own and running (its replicas back, one available) for the others. Each state
+    is reached only when asked for, so modules of one kind in a row do not stop and start it in between."""
 
-    async def no_pod_left() -> bool:
-        return not (await kubectl(kubeconfig, *ns, "get", "pods", "-l", selector, "-o", "name")).strip()
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self._replicas: str | None = None  # what it ran with, while stopped
 
-    await wait_for("the in-cluster operator's pods gone", no_pod_left, timeout=120, interval=0.5)
-    try:
-        yield
-    finally:
-        await kubectl(kubeconfig, *ns, "scale", deployment, f"--replicas={replicas.strip() or 1}")
-        await _one_replica_available(kubeconfig)
+    async def stopped(self) -> None:
+        if self._replicas is not None:
+            return
+        ns, deployment = ("-n", OPERATOR_NAMESPACE), f"deployment/{OPERATOR_DEPLOYMENT}"
+        replicas = await kubectl(self.kubeconfig, *ns, "get", deployment, "-o", "jsonpath={.spec.replicas}")
+        await kubectl(self.kubeconfig, *ns, "scale", deployment, "--replicas=0")
+        self._replicas = replicas.strip() or "1"
+        selector = f"app.kubernetes.io/name={OPERATOR_DEPLOYMENT}"
+
+        async def no_pod_left() -> bool:
+            return not (
+                await kubectl(self.kubeconfig, *ns, "get", "pods", "-l", selector, "-o", "name")
+            ).strip()
+
+        await wait_for("the in-cluster operator's pods gone", no_pod_left, timeout=120, interval=0.5)
+
+    async def running(self) -> None:
+        if self._replicas is None:
+            return
+        deployment = f"deployment/{OPERATOR_DEPLOYMENT}"
+        await kubectl(
+            self.kubeconfig, "-n", OPERATOR_NAMESPACE, "scale", deployment, f"--replicas={self._replicas}"
+        )
+        self._replicas = None
+        await _one_replica_available(self.kubeconfig)
 
 
 async def _one_replica_available(kubeconfig: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 import pytest_asyncio
 from tests.conftest import Images
 
-from kcpshard_testkit.incluster import operator_stopped
+from kcpshard_testkit.incluster import InClusterOperator
 from kcpshard_testkit.kcpbin import NODE_BIN
 from kcpshard_testkit.namespaces import close_namespace, namespace_for, open_namespace
 from kcpshard_testkit.stack import NodeImages, Stack, running_stack
@@ -46,15 +46,22 @@ async def session_cluster(tmp_path_factory: pytest.TempPathFactory, images: Imag
         yield stack
 
 
+@pytest.fixture(scope="session")
+def in_cluster_operator(session_cluster: Stack) -> InClusterOperator:
+    return InClusterOperator(Path(session_cluster.info.kubeconfig))
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def cluster(session_cluster: Stack, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
+async def cluster(
+    session_cluster: Stack, in_cluster_operator: InClusterOperator, request: pytest.FixtureRequest
+) -> AsyncIterator[Stack]:
     """The session's cluster for one module; without its in-cluster operator if the module says so. (A
     module may define its own `cluster`, e.g. `new_cluster`, for a cluster of its own.)"""
     if _in_cluster(request):
-        yield session_cluster
-        return
-    async with operator_stopped(Path(session_cluster.info.kubeconfig)):
-        yield session_cluster
+        await in_cluster_operator.running()
+    else:
+        await in_cluster_operator.stopped()
+    yield session_cluster
 
 
 @pytest_asyncio.fixture(loop_scope="session")
