@@ -44,11 +44,12 @@ def test_a_front_that_does_not_serve_the_active_slot_is_not_ready(front: FrontSt
     assert "does not serve slot b" in action.message and "deployment/shard1-front" in action.message
 
 
-def test_a_kcp_that_cannot_reach_its_store_names_the_store() -> None:
-    down = failed_condition("Ready", "ReadyzFailing", "[-]etcd failed: reason withheld")
+@pytest.mark.parametrize("check", ["etcd", "etcd-readiness"])
+def test_a_kcp_that_cannot_reach_its_store_names_the_store(check: str) -> None:
+    down = failed_condition("Ready", "ReadyzFailing", f"[-]{check} failed: reason withheld")
     action = next_of(serving(), slot(B, conditions=(down,), port=4321))
     assert isinstance(action, plan.Stall) and action.reason == "StoreNotReady", action
-    assert "cannot reach the store (http://127.0.0.1:2379): [-]etcd failed" in action.message
+    assert f"cannot reach the store (http://127.0.0.1:2379): [-]{check} failed" in action.message
 
 
 def test_any_other_readyz_failure_is_the_slot() -> None:
