@@ -113,23 +113,17 @@ build_one() { # one row of tools(); exit status 0 when the binary is there
 
 # A cold machine spends minutes fetching modules one build after another; fetched all at once (the
 # network, not the cores) while the first builds compile, they are there when each build needs them.
-dirs=()
-for row in "${rows[@]}"; do
-  IFS='|' read -r _ dir _ <<<"$row"
-  case " ${dirs[*]} " in *" $dir "*) ;; *) dirs+=("$dir") ;; esac
-done
+mapfile -t dirs < <(printf '%s\n' "${rows[@]}" | cut -d'|' -f2 | uniq) # tools() lists a module's parts together
 for dir in "${dirs[@]}"; do
   (cd "$here/$dir" && go mod download >/dev/null 2>&1 &)
 done
 
 build_module() { # the parts of one module, one after another: they share its packages in the build cache
-  local row rc=0
+  local row
   for row in "${rows[@]}"; do
-    IFS='|' read -r name d _ <<<"$row"
-    [ "$d" = "$1" ] || continue
-    build_one "$row" || { rc=1; echo "$name" >>"$failures"; }
+    [ "$(cut -d'|' -f2 <<<"$row")" = "$1" ] || continue
+    build_one "$row" || echo "${row%%|*}" >>"$failures"
   done
-  return $rc
 }
 
 # Two modules at a time: a build leaves a core idle while it links (one thread) or waits on a long
