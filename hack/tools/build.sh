@@ -113,7 +113,7 @@ build_one() { # one row of tools(); exit status 0 when the binary is there
 
 # A cold machine spends minutes fetching modules one build after another; fetched all at once (the
 # network, not the cores) while the first builds compile, they are there when each build needs them.
-mapfile -t dirs < <(printf '%s\n' "${rows[@]}" | cut -d'|' -f2 | uniq) # tools() lists a module's parts together
+mapfile -t dirs < <(printf '%s\n' "${rows[@]}" | cut -d'|' -f2 | awk '!seen[$0]++') # each module once, in order
 for dir in "${dirs[@]}"; do
   (cd "$here/$dir" && go mod download >/dev/null 2>&1 &)
 done
