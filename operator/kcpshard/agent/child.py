@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO
 
+from kcpshard.timeouts import within
+
 PR_SET_PDEATHSIG = 1
 # Lines of the child's stderr that may carry a credential are never copied into a status message.
 _SECRETISH = re.compile(r"token|bearer|password|secret", re.IGNORECASE)
@@ -163,7 +165,7 @@ class Child:
     async def drained(self, limit: float = 2.0) -> None:
         """Wait for the end of stderr (bounded: a grandchild may hold the pipe open)."""
         try:
-            await asyncio.wait_for(asyncio.shield(self._pump), limit)
+            await within(asyncio.shield(self._pump), limit)
         except TimeoutError:
             self._pump.cancel()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from kcpshard.agent.child import die_with_parent
 from kcpshard.agent.snapshot_files import BackupFailed
+from kcpshard.timeouts import within
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ async def run_command(command: Sequence[str], timeout: float) -> Run:
     except OSError as exc:
         raise BackupFailed(f"cannot run {command[0]}: {exc.strerror or exc}") from None
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), max(timeout, 0.1))
+        out, err = await within(proc.communicate(), max(timeout, 0.1))
     except TimeoutError:
         _kill_group(proc.pid)
         await proc.wait()

@@ -49,6 +49,7 @@ from kcpshard.agent.haproxy_config import HAProxyError
 from kcpshard.agent.lognotes import Notes, short
 from kcpshard.api.conditions import now
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound
+from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.front")
 
@@ -319,7 +320,7 @@ def _task_error(task: asyncio.Task[None]) -> BaseException:
 
 async def _wait_or_stop(stop: asyncio.Event, seconds: float) -> None:
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        await within(stop.wait(), seconds)
 
 
 # -- the command ----------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from kcpshard.agent.haproxy_config import (
     parse_table,
     render_config,
 )
+from kcpshard.timeouts import within
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class HAProxy:
             if self._proc.returncode is not None:
                 if self._reader is not None:
                     with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(self._reader), 2)
+                        await within(asyncio.shield(self._reader), 2)
                 raise self._start_failure(self._proc.returncode)
             if self.socket_path.exists():
                 with contextlib.suppress(OSError, HAProxyError):
@@ -231,7 +232,7 @@ class HAProxy:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGUSR1)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), grace)
+                await within(proc.wait(), grace)
         await self.stop()
 
     async def stop(self) -> None:
@@ -241,7 +242,7 @@ class HAProxy:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGTERM)
             try:
-                await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_SECONDS)
+                await within(proc.wait(), STOP_TIMEOUT_SECONDS)
             except TimeoutError:
                 log.warning("haproxy did not stop within %ss; killing it", STOP_TIMEOUT_SECONDS)
                 with contextlib.suppress(ProcessLookupError):
@@ -249,7 +250,7 @@ class HAProxy:
                 await proc.wait()
         if self._reader is not None:
             with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._reader, 2)
+                await within(self._reader, 2)
             self._reader = None
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
@@ -259,7 +260,7 @@ class HAProxy:
         if "\n" in cmd or ";" in cmd:
             raise HAProxyError("one runtime API command at a time, without newlines or ';'")
         try:
-            reader, writer = await asyncio.wait_for(
+            reader, writer = await within(
                 asyncio.open_unix_connection(str(self.socket_path)), COMMAND_TIMEOUT_SECONDS
             )
         except (OSError, TimeoutError) as exc:
@@ -267,7 +268,7 @@ class HAProxy:
         try:
             writer.write(cmd.encode() + b"\n")
             await writer.drain()
-            data = await asyncio.wait_for(reader.read(), COMMAND_TIMEOUT_SECONDS)
+            data = await within(reader.read(), COMMAND_TIMEOUT_SECONDS)
         except (OSError, TimeoutError) as exc:
             raise HAProxyError(f"haproxy runtime API command {cmd.split()[0]!r} failed: {exc}") from None
         finally:

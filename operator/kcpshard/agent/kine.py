@@ -23,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 
 from kcpshard.agent.child import Child, describe_exit
 from kcpshard.kcp.flags import KINE_ENDPOINT_ENV, KINE_URL, kine_args
+from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.kine")
 
@@ -138,7 +139,7 @@ class Kine:
         """After kcp: SIGTERM, then SIGKILL after STOP_SECONDS."""
         self.child.signal(signal.SIGTERM)
         try:
-            await asyncio.wait_for(self.child.wait(), STOP_SECONDS)
+            await within(self.child.wait(), STOP_SECONDS)
         except TimeoutError:
             self.child.kill_group()
             await self.child.wait()

@@ -20,6 +20,7 @@ from typing import Any
 
 from kcpshard.agent.slot_status import API_ERRORS
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, NotFound
+from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.slot")
 
@@ -77,7 +78,7 @@ def stop_timeout_of(shard: Mapping[str, Any] | None, default: float) -> float:
 async def read_stop_timeout(api: ApiClient, namespace: str, shard: str, default: float) -> float:
     """`stop_timeout_of` the shard as read now; `default` when it cannot be read within READ_SECONDS."""
     try:
-        obj = await asyncio.wait_for(api.get(KCPSHARDS, namespace, shard), READ_SECONDS)
+        obj = await within(api.get(KCPSHARDS, namespace, shard), READ_SECONDS)
     except NotFound:
         return default
     except API_ERRORS as exc:

@@ -24,6 +24,7 @@ from kcpshard.agent.storecheck import client_context, connect_problem
 from kcpshard.k8s.api import SECRETS, ApiClient, Conflict, NotFound
 from kcpshard.kcp.errors import KcpError
 from kcpshard.kcp.kubeconfig import kcp_admin_kubeconfig
+from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.slot")
 
@@ -93,7 +94,7 @@ class Material:
             if left <= 0:
                 break
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stop.wait(), min(POLL_STORE, left))
+                await within(self.stop.wait(), min(POLL_STORE, left))
                 return True
         detail = "; ".join(f"{e.url}: {p}" for e, p in zip(endpoints, problems, strict=True))
         msg = f"none of the store endpoints answered within {self.opts.store_wait:g}s: {detail}"

@@ -4,7 +4,6 @@ logged and never holds up kcp."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from kcpshard.api.conditions import Status, set_condition
 from kcpshard.k8s.api import KCPSLOTS, ApiClient, ApiError, NotFound
 from kcpshard.k8s.credentials import KubeconfigError
 from kcpshard.k8s.status import mutate_status
+from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.slot")
 
@@ -100,7 +100,7 @@ class SlotReport:
         """One status change; False (logged) when the API server cannot be reached or refuses."""
         fn = status_change(fields, conditions, self.generation)
         try:
-            await asyncio.wait_for(
+            await within(
                 mutate_status(
                     self.api,
                     KCPSLOTS,

@@ -21,6 +21,7 @@ from kcpshard.agent.slot_options import Options
 from kcpshard.agent.slot_status import POLL_FAST, POLL_SLOW, Cond, Fatal, SlotReport
 from kcpshard.api.conditions import now_precise
 from kcpshard.kcp import readyz
+from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.slot")
 
@@ -102,9 +103,7 @@ class Supervisor:
         unlistened = asyncio.create_task(self.report_unlistened(child))
         timeout = await self.stop_timeout()
         try:
-            returncode = await asyncio.wait_for(
-                child.wait(), max(timeout - (time.monotonic() - signalled), 0)
-            )
+            returncode = await within(child.wait(), max(timeout - (time.monotonic() - signalled), 0))
         except TimeoutError:
             log.warning("kcp did not stop within %ss: killing it", timeout)
             child.kill_group()

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from kcpshard.agent.store_refs import TLS_FIELD, StoreEndpoint, StoreTLS
+from kcpshard.timeouts import within
 
 
 def client_context(tls: StoreTLS | None) -> ssl.SSLContext:
@@ -62,9 +63,7 @@ async def connect_problem(
     elif not endpoint.tls:
         context = None
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(endpoint.host, endpoint.port, ssl=context), timeout
-        )
+        _, writer = await within(asyncio.open_connection(endpoint.host, endpoint.port, ssl=context), timeout)
     except TimeoutError:
         return f"no answer within {timeout:g}s"
     except socket.gaierror as exc:

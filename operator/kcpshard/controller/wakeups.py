@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+from kcpshard.timeouts import within
+
 
 class Wakeups:
     def __init__(self) -> None:
@@ -27,7 +29,7 @@ class Wakeups:
         """Wait for a wake-up or the timeout; True when woken."""
         event = self.event(namespace, shard)
         try:
-            await asyncio.wait_for(event.wait(), timeout=max(timeout, 0.0))
+            await within(event.wait(), timeout)
         except TimeoutError:
             return False
         finally:

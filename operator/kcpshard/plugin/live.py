@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from kcpshard.k8s.api import KCPSHARDS, KCPSLOTS, ApiClient, ResourceRef
 from kcpshard.k8s.names import LABEL_SHARD
 from kcpshard.plugin.checklist import ASCII, UNICODE, Glyphs
+from kcpshard.timeouts import within
 
 # ----- output ------------------------------------------------------------------------------------
 
@@ -156,7 +157,7 @@ async def watch_shard(
         try:
             while True:
                 try:
-                    plural, event = await asyncio.wait_for(queue.get(), timeout=tick)
+                    plural, event = await within(queue.get(), tick)
                 except TimeoutError:
                     if seen:
                         yield Snapshot(shard, sorted(slots.values(), key=_key), problems.last, changed=False)
