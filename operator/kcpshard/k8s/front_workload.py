@@ -74,9 +74,9 @@ def front_deployment(
         "command": command,
         "env": downward_env(),
         "volumeMounts": [mount, members_mount],
-        # The agent keeps <front dir>/<pod>/serving while every HAProxy serves; a shell test costs the
-        # node next to nothing each second. $0 is a plain argument, so the path is the node's (or,
-        # under the workload runner, mapped like any other).
+        # The agent keeps <front dir>/<pod>/serving while every HAProxy serves. An exec probe is not
+        # free: about 25 ms of the node's CPU each (runc exec; docs/measurements.md), so one front costs
+        # the node 2.5 % of a core, and 50 fronts on one node most of two. $0 is a plain argument.
         "readinessProbe": {
             "exec": {"command": ["sh", "-c", 'test -e "$0/$POD_NAME/serving"', front_dir]},
             "periodSeconds": 1,
