@@ -10,8 +10,9 @@ from fakes import LOG, SPEC, RecordingApi, RecordingKcp, lease, shard_body
 from kcpshard.api.models import SlotName
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import NoRootMaterial
-from kcpshard.controller.observe import Observer, front_availability, front_pod_view
+from kcpshard.controller.observe import Observer
 from kcpshard.controller.shard_index import ShardIndex, index_entries
+from kcpshard.controller.workload_views import front_availability, front_pod_view
 from kcpshard.k8s import builders, front_workload
 from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, NODES, PODS, SECRETS, ApiError
 from kcpshard.kcp.errors import KcpError
@@ -49,6 +50,24 @@ async def test_a_full_round_only_reads() -> None:
     assert not obs.shared_secret and obs.front is FrontWorkload.ABSENT
     assert obs.kcp_lease is None  # read only when the plan asks
     assert obs.generation == 2 and obs.shard["metadata"]["uid"] == "uid-root"
+
+
+async def test_a_status_write_goes_on_from_its_own_answer_and_a_new_spec_or_a_deletion_does_not() -> None:
+    api = RecordingApi()
+    api.put(KCPSHARDS, shard_body())
+    watcher = observer(api)
+    obs = await watcher.observe()
+    assert isinstance(obs, Observed)
+    read = len(api.requests)
+    written = api.stored(KCPSHARDS, "root") | {"status": {"activeSlot": "b", "rollout": None}}
+    follow = watcher.with_shard(obs, written)
+    assert follow is not None and len(api.requests) == read  # nothing read again
+    assert follow.status.active_slot == "b" and follow.shard is written
+    assert follow.slots == obs.slots and follow.front is obs.front
+    respec = written | {"metadata": written["metadata"] | {"generation": obs.generation + 1}}
+    assert watcher.with_shard(obs, respec) is None  # a new spec: the round observes again
+    gone = written | {"metadata": written["metadata"] | {"deletionTimestamp": "2026-12-01T12:00:00Z"}}
+    assert watcher.with_shard(obs, gone) is None
 
 
 async def test_a_shard_being_deleted_is_read_alone() -> None:

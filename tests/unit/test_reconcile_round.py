@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from fakes import IDENTITY_MADE, LOG, REV, SPEC, RecordedEvents, RecordingApi, RecordingKcp, lease, shard_body
+from fakes import (
+    IDENTITY_MADE,
+    LOG,
+    REV,
+    SPEC,
+    RecordedEvents,
+    RecordingApi,
+    RecordingKcp,
+    lease,
+    shard_body,
+)
 from kcpshard.api import conditions as cond
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.reconciler import ROUND_BACKOFF, ShardReconciler
@@ -109,18 +119,39 @@ async def test_a_new_shard_gets_its_secret_and_front_then_waits_for_the_front_to
 
 
 async def test_a_roll_starts_with_the_lease_holder_read_before_anything_changes() -> None:
+    """The roll is recorded (with the old holder) before anything is created; its slot follows in the same
+    round, from the status that write returned, without reading everything again."""
     api, kcp, events = RecordingApi(), RecordingKcp(leases=[lease("old-kcp")]), RecordedEvents()
     cluster(api, activeSlot="a", activeRevision="old")
     running_slot(api, "a", revision="old")
     assert await reconciler(api, kcp, events).reconcile_once() is None
     assert kcp.urls == ["https://127.0.0.1:6443"] and kcp.calls == [("get_lease",), ("close",)]
     ro = shard_status(api)["rollout"]
-    assert (ro["fromSlot"], ro["toSlot"], ro["fromHolder"], ro["step"]) == ("a", "b", "old-kcp", "Starting")
-    assert api.writes() == [("replace", "kcpshards/status", "root")]
-    assert events.reasons == ["RollStarted"]
+    assert (ro["fromSlot"], ro["toSlot"], ro["fromHolder"], ro["step"]) == (
+        "a",
+        "b",
+        "old-kcp",
+        "WaitingReady",
+    )
+    assert api.writes() == [
+        ("replace", "kcpshards/status", "root"),
+        ("create", "kcpslots", "root-b"),
+        *[w for w in IDENTITY_MADE if w[0] != "get"],
+        ("create", "jobs", f"root-b-{REV[:8]}-0"),
+        ("replace", "kcpshards/status", "root"),  # WaitingReady, stamped when the Job was created
+    ]
+    stamps = ro["timestamps"]
+    assert stamps["slotStarting"] <= stamps["slotCreated"] < ro["stepStartedAt"]
+    # One observation: the slots, their Jobs and pods listed once
+    assert sorted(r[1] for r in api.requests if r[0] == "list") == ["jobs", "kcpslots", "pods"]
+    assert events.reasons == ["RollStarted", "SlotCreated", "WaitingReady"]
 
 
-async def test_the_handover_frees_a_stale_lease_and_records_the_new_holder_in_one_round() -> None:
+async def test_the_handover_frees_a_stale_lease_and_records_the_new_holder_then_goes_on_in_one_round() -> (
+    None
+):
+    """The new holder is recorded before the probe; the probe, the drain (no connections) and the end of the
+    roll follow in the same round (no old slot is left to retire here)."""
     api, events = RecordingApi(), RecordedEvents()
     kcp = RecordingKcp(leases=[lease("old-kcp")], new_holder="new-kcp")
     cluster(
@@ -134,11 +165,17 @@ async def test_the_handover_frees_a_stale_lease_and_records_the_new_holder_in_on
         ("delete_lease",),
         ("wait_for_holder", "old-kcp", kcp.calls[3][2]),
         ("close",),
+        ("delete_workspaces", "kcpshard-probe-"),
+        ("probe", "kcpshard-probe-" + REV[:8], kcp.calls[6][2]),
+        ("close",),
     ]
-    assert api.writes() == [("replace", "kcpslots/status", "root-b"), ("replace", "kcpshards/status", "root")]
-    assert shard_status(api)["rollout"]["step"] == "Probing"
+    assert api.writes()[:2] == [
+        ("replace", "kcpslots/status", "root-b"),
+        ("replace", "kcpshards/status", "root"),
+    ]
     assert api.stored(KCPSLOTS, "root-b")["status"]["holderIdentity"] == "new-kcp"
-    assert events.reasons == ["Probing"]
+    assert events.reasons == ["Probing", "Draining", "Retiring", "RollSucceeded"]
+    assert shard_status(api)["lastRoll"]["result"] == "Succeeded"
 
 
 async def test_an_unrecorded_holder_that_renews_is_never_freed() -> None:

@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from kcpshard.api import conditions as cond
 from kcpshard.controller.act import admin, backup, lease, objects, probe, slots
 from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.status_writer import StatusWriter
 from kcpshard.k8s.api import ApiError
 from kcpshard.roll import actions as a
 from kcpshard.roll.observed import Observed, ShardOnly
-from kcpshard.roll.outcomes import Outcome, ProbeReady, Refused
+from kcpshard.roll.outcomes import Outcome, ProbeReady, Refused, SlotCreated
 
 # 400 Bad Request, 403 Forbidden, 422 Invalid: the same request gets the same answer.
 REFUSALS = frozenset({400, 403, 422})
@@ -120,9 +121,11 @@ class Dispatcher:
         await backup.start_backup(self.ctx, action, obs)
         self.writer.event(obs, "BackingUp", f"saving the store before the roll (Job {action.job})")
 
-    async def _create_slot(self, action: a.CreateSlot, obs: Observed) -> None:
+    async def _create_slot(self, action: a.CreateSlot, obs: Observed) -> Outcome:
         job = await slots.create_slot(self.ctx, action, obs)
+        created = SlotCreated(action.slot.value, cond.now_precise())
         self.writer.event(obs, "SlotCreated", f"created slot {action.slot.value} (Job {job})")
+        return created
 
     async def _delete_slot(self, action: a.DeleteSlot, obs: Observed) -> None:
         await slots.delete_slot(self.ctx, action.slot)

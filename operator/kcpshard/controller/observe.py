@@ -15,12 +15,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from kcpshard.api import conditions as cond
 from kcpshard.api.annotations import ABORT, PROMOTE, REASSERT
 from kcpshard.api.models import KcpShardSpec, KcpShardStatus, RolloutStatus, SlotName
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.kcp_access import KcpConnect, NoRootMaterial, lease_reading
 from kcpshard.controller.shard_index import ShardIndex
+from kcpshard.controller.workload_views import front_availability, front_pod_view, job_view, node_not_ready
 from kcpshard.k8s import backup_job, builders, front_workload, names
 from kcpshard.k8s.api import (
     DEPLOYMENTS,
@@ -40,10 +40,7 @@ from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.actions import Step
 from kcpshard.roll.observed import (
     BackupView,
-    FrontAvailability,
-    FrontPodView,
     FrontWorkload,
-    JobView,
     LeaseReading,
     Observed,
     RootShardView,
@@ -78,29 +75,11 @@ class Observer:
 
     async def observe(self) -> Observed | ShardOnly:
         body = await self.api.get(KCPSHARDS, self.namespace, self.name)
-        meta = body["metadata"]
-        annotations = meta.get("annotations") or {}
-        seen: dict[str, Any] = {
-            "name": self.name,
-            "namespace": self.namespace,
-            "generation": int(meta.get("generation", 1)),
-            "status": KcpShardStatus.model_validate(body.get("status") or {}),
-            "retry_token": annotations.get(RETRY_ANNOTATION),
-            "reassert_token": annotations.get(REASSERT),
-            "promote_token": annotations.get(PROMOTE),
-            "abort_token": annotations.get(ABORT),
-            "shard": body,
-        }
-        if meta.get("deletionTimestamp"):
-            return ShardOnly(deleting=True, **seen)  # the finalizer's handler tears the shard down
-        try:
-            spec = KcpShardSpec.model_validate(body.get("spec") or {})
-        except ValidationError as exc:
-            return ShardOnly(spec_error=validation_message(exc, "spec"), **seen)
-        status: KcpShardStatus = seen["status"]
-        rollout = status.rollout
-        target_spec, target_error = _parse_spec(rollout.target_spec if rollout else None, "targetSpec")
-        active_spec, _ = _parse_spec(status.active_spec, "activeSpec")
+        parsed = self._parse_shard(body)
+        if isinstance(parsed, ShardOnly):
+            return parsed
+        spec, seen = parsed
+        rollout = seen["status"].rollout
         # The reads are independent of each other: at once, so a round costs one round trip, not six.
         (slots, busy, starts), backup, root_shard, shared_secret, front = await asyncio.gather(
             self._observe_slots(),
@@ -115,10 +94,7 @@ class Observer:
             spec=spec,
             revision=revision_of(spec),
             now=datetime.datetime.now(datetime.UTC),
-            created=str(meta.get("creationTimestamp") or ""),
-            target_spec=target_spec,
-            target_spec_error=target_error,
-            active_spec=active_spec,
+            created=str(body["metadata"].get("creationTimestamp") or ""),
             slots=slots,
             busy=busy,
             job_starts=starts,
@@ -129,6 +105,44 @@ class Observer:
             **front,
             **seen,
         )
+
+    def with_shard(self, obs: Observed, body: Mapping[str, Any]) -> Observed | None:
+        """The round's observation with the shard as our own status write just returned it, so the plan
+        can go on without reading everything again: a status write changes none of the other objects.
+        None when the write shows more than a status change (a new spec, a deletion): observe again."""
+        parsed = self._parse_shard(body)
+        if isinstance(parsed, ShardOnly) or parsed[1]["generation"] != obs.generation:
+            return None
+        return replace(obs, now=datetime.datetime.now(datetime.UTC), kcp_lease=None, **parsed[1])
+
+    def _parse_shard(self, body: Mapping[str, Any]) -> tuple[KcpShardSpec, dict[str, Any]] | ShardOnly:
+        """The shard's own fields of an observation; a ShardOnly when it is being deleted or its spec does
+        not parse."""
+        meta = body["metadata"]
+        annotations = meta.get("annotations") or {}
+        status = KcpShardStatus.model_validate(body.get("status") or {})
+        seen: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "generation": int(meta.get("generation", 1)),
+            "status": status,
+            "retry_token": annotations.get(RETRY_ANNOTATION),
+            "reassert_token": annotations.get(REASSERT),
+            "promote_token": annotations.get(PROMOTE),
+            "abort_token": annotations.get(ABORT),
+            "shard": body,
+        }
+        if meta.get("deletionTimestamp"):
+            return ShardOnly(deleting=True, **seen)  # the finalizer's handler tears the shard down
+        try:
+            spec = KcpShardSpec.model_validate(body.get("spec") or {})
+        except ValidationError as exc:
+            return ShardOnly(spec_error=validation_message(exc, "spec"), **seen)
+        rollout = status.rollout
+        target_spec, target_error = _parse_spec(rollout.target_spec if rollout else None, "targetSpec")
+        active_spec, _ = _parse_spec(status.active_spec, "activeSpec")
+        seen |= {"target_spec": target_spec, "target_spec_error": target_error, "active_spec": active_spec}
+        return spec, seen
 
     async def read_kcp_lease(self, obs: Observed, url: str) -> Observed:
         """The same observation with kcp's controller lease, read through the front at `url`."""
@@ -264,94 +278,6 @@ class Observer:
             why = job_view(job).message or "its pod failed"
             return BackupView(name, error=f"{why}; see kubectl logs job/{name}")
         return BackupView(name, report=result)
-
-
-def front_availability(deployment: Mapping[str, Any]) -> FrontAvailability:
-    """From the Deployment controller's `Available` condition; before it wrote one, from its replicas."""
-    status, meta = deployment.get("status") or {}, deployment.get("metadata") or {}
-    created = meta.get("creationTimestamp")
-    found = cond.find(status.get("conditions"), "Available")
-    if found is not None:
-        available = found.get("status") == "True"
-        since = found.get("lastTransitionTime")
-    else:
-        available = int(status.get("availableReplicas") or 0) > 0
-        since = None
-    if not available:
-        return FrontAvailability(False, since=str(since or created or "") or None)
-    # Available, but is a replacement on its way? Pods of the current template not all available yet
-    # (or the controller has not seen the new template): since its last progress.
-    wanted = int((deployment.get("spec") or {}).get("replicas") or 1)
-    seen = int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0)
-    if (
-        seen
-        and int(status.get("updatedReplicas") or 0) >= wanted
-        and int(status.get("replicas") or 0) <= wanted
-    ):
-        return FrontAvailability(True)
-    progressing = cond.find(status.get("conditions"), "Progressing") or {}
-    progress = progressing.get("lastUpdateTime") or progressing.get("lastTransitionTime") or created
-    return FrontAvailability(True, replacing_since=str(progress or "") or None)
-
-
-def front_pod_view(pod: Mapping[str, Any]) -> FrontPodView:
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    states = []
-    containers = status.get("containerStatuses") or []
-    for container in containers:
-        # The front pod runs its agent and two HAProxys: name which one says what.
-        named = f"{container.get('name')} " if len(containers) > 1 else ""
-        for kind, detail in (container.get("state") or {}).items():
-            detail = detail or {}
-            why = detail.get("reason") or ""
-            if kind == "terminated" and detail.get("exitCode") is not None:
-                why = f"{why} (exit {detail['exitCode']})".strip()
-            elif detail.get("message"):
-                why = f"{why} ({detail['message']})".strip()
-            states.append(f"{named}{kind}: {why}" if why else f"{named}{kind}")
-        if container.get("restartCount"):
-            states.append(f"{named}restarted {container['restartCount']} times")
-    unscheduled = [
-        c.get("message") or c.get("reason") or ""
-        for c in status.get("conditions") or []
-        if c.get("type") == "PodScheduled" and c.get("status") == "False"
-    ]
-    return FrontPodView(
-        name=str(meta.get("name") or ""),
-        phase=str(status.get("phase") or "Pending"),
-        state=", ".join(states or unscheduled),
-        deleting=bool(meta.get("deletionTimestamp")),
-    )
-
-
-def node_not_ready(node: Mapping[str, Any]) -> str | None:
-    """None while the node's `Ready` condition is True; else what it says (the node lifecycle controller
-    sets it Unknown once the kubelet has not reported for its grace period)."""
-    name = (node.get("metadata") or {}).get("name") or "?"
-    ready = cond.find((node.get("status") or {}).get("conditions"), "Ready")
-    if ready is None:
-        return f"node {name} has not reported Ready yet"
-    if ready.get("status") == "True":
-        return None
-    state = "NotReady" if ready.get("status") == "False" else "Unknown"
-    why = ready.get("message") or ready.get("reason") or "no reason given"
-    return f"node {name} is {state} since {ready.get('lastTransitionTime') or '?'} ({why})"
-
-
-def job_view(job: Mapping[str, Any]) -> JobView:
-    status = job.get("status") or {}
-    failed = cond.find(status.get("conditions"), "Failed")
-    message = ""
-    if failed is not None and failed.get("status") == "True":
-        message = f"{failed.get('reason', '')}: {failed.get('message', '')}".strip(": ")
-    return JobView(
-        name=job["metadata"]["name"],
-        active=int(status.get("active") or 0),
-        succeeded=int(status.get("succeeded") or 0),
-        failed=int(status.get("failed") or 0),
-        deleting=bool(job["metadata"].get("deletionTimestamp")),
-        message=message,
-    )
 
 
 def validation_message(exc: ValidationError, prefix: str) -> str:

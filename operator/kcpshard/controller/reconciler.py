@@ -2,8 +2,9 @@
 
 A round reads (`observe`), asks the pure plan (`kcpshard.roll.plan`) for one action, and carries it
 out (`dispatch`: the act handlers and the status writer). When the action's handler saw something the
-roll depends on, the plan is asked again with that outcome, within the same round. Only the holder of
-the shard's own Lease acts (two operator replicas).
+roll depends on, the plan is asked again with that outcome, within the same round; so it is after an
+action that only wrote the shard's status (a step begun), from the status the write returned. Only the
+holder of the shard's own Lease acts (two operator replicas).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ from kcpshard.roll.outcomes import Outcome
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
-# A round carries out one action and the few that follow from what its handler saw (a lease watch,
-# then freeing the lease, then the next step): never more than this many.
-MAX_ACTIONS_PER_ROUND = 6
+# A round carries out one action and the few that follow from what its handler saw or its status write
+# began (the lease read, freed and handed over, the probe, the drain, the retirement: seven in a row at
+# most): never more than this many.
+MAX_ACTIONS_PER_ROUND = 10
 # After rounds failed in a row on errors that may pass: 1, 2, 4 .. 30 s. Those errors: 409, 429, 5xx (a
 # refusal of an action stalls the shard instead: see dispatch), kcp or the front briefly unreachable.
 ROUND_BACKOFF = retry.Backoff(1.0, 30.0)
@@ -120,7 +122,15 @@ class ShardReconciler:
                 assert isinstance(obs, Observed)  # a shard read alone asks for nothing more
                 obs = await self.observer.read_kcp_lease(obs, action.url)
                 continue
-            outcome = await self.dispatcher.carry_out(action, obs)
+            after, outcome = outcome, await self.dispatcher.carry_out(action, obs)
+            written = self.dispatcher.writer.take_written()
+            if outcome is None and written is not None and plan.goes_on_after_write(action, after):
+                # A step written: its action follows at once, from the status the write returned.
+                assert isinstance(obs, Observed)
+                follow = self.observer.with_shard(obs, written)
+                if follow is not None:
+                    obs = follow
+                    continue
             if outcome is None:
                 return plan.pause(action, obs)
         self.logger.warning(f"more than {MAX_ACTIONS_PER_ROUND} actions in one round; observing again")

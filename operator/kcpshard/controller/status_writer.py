@@ -62,6 +62,7 @@ class StatusWriter:
         self.logger = logger
         self.events = events
         self._known: Mapping[str, Any] | None = None
+        self._written: Mapping[str, Any] | None = None  # the shard as this action's write returned it
 
     # ----- the mechanics ---------------------------------------------------------------------------
 
@@ -81,11 +82,18 @@ class StatusWriter:
         )
         if self._known is not None:
             metrics.shard_seen(self.namespace, self.name, self._known)
+        if wrote:
+            self._written = self._known
         return wrote
+
+    def take_written(self) -> Mapping[str, Any] | None:
+        """The shard as the last action's status write returned it (None if it wrote nothing), once."""
+        written, self._written = self._written, None
+        return written
 
     def known(self, body: Mapping[str, Any]) -> None:
         """The shard as a round just read it: the first write of the round starts from it, not a GET."""
-        self._known = body
+        self._known, self._written = body, None
         metrics.shard_seen(self.namespace, self.name, body)
 
     def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kcpshard.kcp import flags as kcp_flags
 from kcpshard.roll import lease, steps
-from kcpshard.roll.actions import Action, Stall
+from kcpshard.roll.actions import Action, Advance, Stall, Step
 from kcpshard.roll.failures import failure_action
 from kcpshard.roll.observed import LeaseReading, Observed
 from kcpshard.roll.outcomes import (
@@ -17,8 +17,10 @@ from kcpshard.roll.outcomes import (
     ProbeNotReady,
     ProbeReady,
     Refused,
+    SlotCreated,
 )
 from kcpshard.roll.rollout import deadline, job_of, roll_spec
+from kcpshard.roll.route import next_step
 
 # A request the API server refused (400, 403, 422) is asked again this rarely, while the shard is Stalled.
 API_REJECTED = "ApiRejected"
@@ -39,6 +41,10 @@ def follow_up(obs: Observed, outcome: Outcome) -> Action:
     rollout = obs.status.rollout
     if rollout is None:
         raise ValueError(f"{outcome!r} with no roll under way")
+    if isinstance(outcome, SlotCreated):
+        # Stamped when the Job was created: the node's start of it runs from there (the report's slotStart)
+        stamps = (("slotCreated", outcome.at),)
+        return Advance(next_step(rollout, Step.STARTING), f"slot {outcome.slot} created", stamps=stamps)
     spec = roll_spec(obs)
     if isinstance(outcome, LeaseWatched):
         first = obs.kcp_lease or LeaseReading()

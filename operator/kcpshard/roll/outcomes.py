@@ -34,6 +34,14 @@ class Refused(Outcome):
 
 
 @dataclass(frozen=True)
+class SlotCreated(Outcome):
+    """The new slot's KcpSlot and Job exist: from `at` (precise) on, starting it is the node's work."""
+
+    slot: str
+    at: str
+
+
+@dataclass(frozen=True)
 class LeaseWatched(Outcome):
     """kcp's controller lease as it was when the watch ended."""
 

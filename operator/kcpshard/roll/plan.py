@@ -56,7 +56,7 @@ from kcpshard.roll.observed import (
     ShardOnly,
     SlotView,
 )
-from kcpshard.roll.outcomes import PROBE_STAMPS, Outcome
+from kcpshard.roll.outcomes import PROBE_STAMPS, Outcome, SlotCreated
 from kcpshard.roll.report import LEAVE_STAMP, REPORT_SPANS, RETRY_ANNOTATION, durations
 from kcpshard.roll.rollout import expected_revision
 from kcpshard.roll.route import after_flip
@@ -158,6 +158,17 @@ def next_action(obs: Observed | ShardOnly, outcome: Outcome | None = None) -> Ac
     if step is Step.DRAINING:
         return steps.draining(obs, rollout)
     return steps.retiring(obs, rollout, old)
+
+
+# Actions that only write the shard's status: the plan goes on from the status the write returned, in the
+# same round, since nothing else it read has changed (controller/reconciler.py).
+GOES_ON_AFTER_WRITE = (StartRoll, Advance, Flip, RequestDrain)
+
+
+def goes_on_after_write(action: Action, after: Outcome | None) -> bool:
+    """Whether the round plans again from `action`'s own status write instead of observing again: not
+    after a slot was created (`after`), which the round's observation does not hold."""
+    return isinstance(action, GOES_ON_AFTER_WRITE) and not isinstance(after, SlotCreated)
 
 
 def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
