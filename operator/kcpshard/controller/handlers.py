@@ -101,13 +101,13 @@ def _slot_or_backup(value: str | None, **_: Any) -> bool:
 
 
 @kopf.on.event(GROUP, VERSION, "kcpshards")
-async def shard_changed(name: str, namespace: str | None, **_: Any) -> None:
-    WAKEUPS.wake(namespace, name)
+async def shard_changed(name: str, namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+    WAKEUPS.wake(namespace, name, meta.get("resourceVersion"))
 
 
 @kopf.on.event(GROUP, VERSION, "kcpslots")
-async def slot_changed(labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
-    WAKEUPS.wake(namespace, labels.get(names.LABEL_SHARD))
+async def slot_changed(labels: Mapping[str, str], namespace: str | None, meta: kopf.Meta, **_: Any) -> None:
+    WAKEUPS.wake(namespace, labels.get(names.LABEL_SHARD), meta.get("resourceVersion"))
 
 
 @kopf.on.event("batch", "v1", "jobs", labels={names.LABEL_COMPONENT: _slot_or_backup})

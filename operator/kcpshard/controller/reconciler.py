@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 
 import httpx
 
@@ -65,7 +66,7 @@ class ShardReconciler:
         self.logger = logger
         connect = connect or connector(api, namespace, name)
         self.observer = Observer(api, namespace, name, config, index or ShardIndex(), connect, logger)
-        writer = StatusWriter(api, namespace, name, logger, events)
+        writer = StatusWriter(api, namespace, name, logger, events, own=partial(wakeups.own, namespace, name))
 
         def kcp_of(shard: str) -> KcpConnect:
             return connector(api, namespace, shard)

@@ -54,9 +54,16 @@ def kopf_event(body: Mapping[str, Any], reason: str, message: str, warning: bool
 
 class StatusWriter:
     def __init__(
-        self, api: ApiClient, namespace: str, name: str, logger: Logger, events: EventSink = kopf_event
+        self,
+        api: ApiClient,
+        namespace: str,
+        name: str,
+        logger: Logger,
+        events: EventSink = kopf_event,
+        own: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.api = api
+        self.own = own  # told each object a write returned (its watch event wakes no one: wakeups.py)
         self.namespace = namespace
         self.name = name
         self.logger = logger
@@ -78,7 +85,7 @@ class StatusWriter:
 
         known, self._known = self._known, None  # forgotten unless the write returns a newer one
         self._known = await mutate_status(
-            self.api, KCPSHARDS, self.namespace, self.name, tracked, known=known
+            self.api, KCPSHARDS, self.namespace, self.name, tracked, known=known, written=self.own
         )
         if self._known is not None:
             metrics.shard_seen(self.namespace, self.name, self._known)
@@ -109,7 +116,7 @@ class StatusWriter:
         name = names.slot_object_name(self.name, SlotName(mark.slot))
         change = changes.slot_condition(mark.type, mark.status, mark.reason, mark.message, mark.holder)
         with contextlib.suppress(NotFound):  # a slot already gone has nothing to mark
-            await mutate_status(self.api, KCPSLOTS, self.namespace, name, change)
+            await mutate_status(self.api, KCPSLOTS, self.namespace, name, change, written=self.own)
 
     # ----- the shard -------------------------------------------------------------------------------
 

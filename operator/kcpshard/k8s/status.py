@@ -28,6 +28,7 @@ async def mutate_status(
     attempts: int = 10,
     uid: str | None = None,
     known: Mapping[str, Any] | None = None,
+    written: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Apply `fn` to the current status and write it back; returns the object written (or read).
 
@@ -53,7 +54,10 @@ async def mutate_status(
             if not fresh:
                 raise _Unread  # only the server can say there is nothing to write
             return dict(obj)
-        return await api.replace(ref, namespace, name, {**obj, "status": new_status}, subresource="status")
+        put = await api.replace(ref, namespace, name, {**obj, "status": new_status}, subresource="status")
+        if written is not None:
+            written(put)
+        return put
 
     try:
         # Another writer won the race (409): read again and redo the change, at once.
