@@ -29,7 +29,7 @@ from kcpshard.agent.front import FrontAgent
 from kcpshard.agent.haproxy import runtime_socket_path
 from kcpshard.k8s.api import KCPSHARDS, PODS, SERVICEACCOUNTS, ApiClient, ResourceRef
 from kcpshard.k8s.credentials import Credentials, load_credentials
-from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD
+from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD, SERVING_GATE
 from kcpshard_testkit import scenario
 from kcpshard_testkit.tcp import Client, Echo, eventually, free_port
 from kcpshard_testkit.waiting import wait_for
@@ -360,6 +360,13 @@ async def running_agent(api: RecordingApi, state_dir: Path, **kw: Any) -> AsyncI
         assert await asyncio.wait_for(task, 15) == 0
 
 
+async def serving_gate(api: ApiClient, pod: str, status: str) -> bool:
+    """The pod's readiness gate, as the agent in it set it."""
+    found = await api.get(PODS, api.default_namespace, pod)
+    gates = [c for c in found.get("status", {}).get("conditions") or [] if c["type"] == SERVING_GATE]
+    return [c["status"] for c in gates] == [status]
+
+
 async def front_reports(api: ApiClient, **expected: Any) -> bool:
     front = await front_status(api)
     return all(front.get(key) == value for key, value in expected.items())
@@ -577,10 +584,6 @@ async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
     async with running_agent(agent_api, tmp_path / "front" / first, pod=first):
         await eventually(lambda: front_reports(api, connections={"a": 0, "b": 0}))
     assert "restarts" not in await front_status(api)  # a first start is no restart
-    # A container killed while ready leaves its file: the next one starts not ready.
-    (tmp_path / "front" / first / "serving").touch()
-    FrontAgent(agent_api, namespace, SHARD, tmp_path / "front" / first)
-    assert not (tmp_path / "front" / first / "serving").exists()
     async with running_agent(agent_api, tmp_path / "front" / first, pod=first):
         await eventually(lambda: front_reports(api, restarts=1))
     last = (await front_status(api))["lastRestart"]
@@ -594,8 +597,9 @@ async def test_an_agent_started_again_in_its_pod_counts_its_own_restart(
 
     await wait_for(f"pod {first} gone", first_gone, timeout=30)
     await front_pod(api, second)
-    async with running_agent(agent_api, tmp_path / "front" / second, pod=second) as agent:
-        await eventually(lambda: holds(agent.ready_file.exists()))  # both of its HAProxy listen
+    async with running_agent(agent_api, tmp_path / "front" / second, pod=second):
+        await eventually(lambda: serving_gate(api, second, "True"))  # both of its HAProxy listen
+    await eventually(lambda: serving_gate(api, second, "False"))  # and no more once it stopped
     assert (await front_status(api))["restarts"] == 1
     assert sorted(p.name for p in (tmp_path / "front").iterdir()) == [second]
 
@@ -614,7 +618,7 @@ async def test_a_replacement_front_starts_its_haproxy_with_the_desired_server(
     await api.create(KCPSHARDS, namespace, shard_body(namespace, front_port))
     await operator_writes(api, {"desiredBackend": "a", "desiredPort": a.port})
     async with running_agent(agent_api, tmp_path / "front") as agent:
-        await eventually(lambda: holds(agent.ready_file.exists()))
+        await eventually(lambda: front_reports(api, observedBackend="a", observedPort=a.port))
         for member in agent.members:
             assert f"server a 127.0.0.1:{a.port}\n" in member.config_path.read_text()
         assert await answer(front_port, "first") == "a:first"

@@ -40,6 +40,9 @@ def test_the_role_names_the_shards_own_objects_and_the_secrets_its_specs_name() 
     ]  # fmt: skip
     # RBAC cannot limit these by name; neither reads a Secret.
     assert _names(role, "secrets", "create") is None and _names(role, "pods", "list") is None
+    # Nor the front's pods (the Deployment names them): their status only, patched, for the readiness gate
+    assert _names(role, "pods/status", "patch") is None
+    assert [r["verbs"] for r in role["rules"] if r["resources"] == ["pods/status"]] == [["patch"]]
     assert not any(r["resources"] == ["jobs"] for r in role["rules"])  # no Job: no rule, never an empty list
     assert all(r.get("resourceNames", ["x"]) for r in role["rules"])
 

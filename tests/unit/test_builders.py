@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 from kcpshard import cli
 from kcpshard.agent import front
 from kcpshard.agent.store_refs import StoreTLS
 from kcpshard.api.models import DeletionPolicy, KcpShardSpec, SlotName
-from kcpshard.k8s import backup_job, builders, front_workload
+from kcpshard.k8s import backup_job, builders, front_workload, names
 from kcpshard.k8s.disruption import disruption_budget
 
 SPEC = KcpShardSpec.model_validate(
@@ -87,15 +85,11 @@ def test_front_deployment_replaces_its_pod_make_before_break_on_the_node(tmp_pat
     }
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     front_dir = _option(container["command"], "--state-dir")[0]
-    # The probe passes exactly while the agent's ready file (<front dir>/<pod>/serving) exists.
-    probe = [*container["readinessProbe"]["exec"]["command"][:3], str(tmp_path)]
-    env = {"POD_NAME": "root-front-x1", "PATH": os.environ["PATH"]}
-    assert subprocess.run(probe, env=env).returncode != 0
-    (tmp_path / "root-front-x1").mkdir()
-    (tmp_path / "root-front-x1" / front.READY_FILE).touch()
-    assert subprocess.run(probe, env=env).returncode == 0
     assert front_dir.endswith("/front")
     pod = deployment["spec"]["template"]["spec"]
+    # Ready only by the gate the agent sets (no probe the node runs every second)
+    assert pod["readinessGates"] == [{"conditionType": names.SERVING_GATE}]
+    assert not any("readinessProbe" in c for c in pod["containers"])
     # A deleted front pod serves on until another one does (agent/front_hold.py), inside its grace period
     # with the agent's soft stop after it.
     [hold] = _option(container["command"], "--hold-seconds")

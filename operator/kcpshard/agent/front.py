@@ -42,7 +42,6 @@ from kcpshard.agent.front_hold import hold_until_replaced, stop_when_replaced
 from kcpshard.agent.front_members import HAProxyContainers
 from kcpshard.agent.front_options import Options, parse_args
 from kcpshard.agent.front_pair import HAProxyPair
-from kcpshard.agent.front_pod import READY_FILE as READY_FILE
 from kcpshard.agent.front_pod import FrontPod
 from kcpshard.agent.haproxy import HAProxy
 from kcpshard.agent.haproxy_config import HAProxyError
@@ -61,6 +60,8 @@ PAIR = 2
 START_BACKOFF_SECONDS = (1.0, 10.0)
 # On SIGTERM, connections through the front get this long to finish (the pod's grace is 10 s).
 STOP_GRACE_SECONDS = 7.0
+# On the way out, the pod's readiness gate is set False within this long, or not at all.
+MARK_TIMEOUT_SECONDS = 2.0
 # Errors a pass survives: the API server or HAProxy being away for a while is expected.
 PASSES = retry.kinds(ApiError, httpx.HTTPError, HAProxyError, OSError)
 
@@ -109,7 +110,6 @@ class FrontAgent:
         self._kick = asyncio.Event()
         # This agent's pod: another running front pod of the shard may share the port.
         self.pod = FrontPod(api, namespace, shard, state_dir, pod, self.notes, PASSES)
-        self.ready_file = self.pod.ready_file
         self.stop_grace = stop_grace
 
     @property
@@ -169,7 +169,8 @@ class FrontAgent:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
-            self.pod.mark_ready(False)
+            with contextlib.suppress(Exception):  # best effort: the pod goes anyway
+                await within(self.pod.mark_ready(False), MARK_TIMEOUT_SECONDS)
             # Soft stop: the listeners close at once (a replacement front's take every new connection),
             # the connections in flight finish within the grace period.
             await self.pair.soft_stop(self.stop_grace)
@@ -246,7 +247,7 @@ class FrontAgent:
         patch |= report.health(
             front_status, error=pair.error, restarts=pair.restarts, last_restart=pair.last_restart
         )
-        self.pod.mark_ready(report.serves_desired(running, pair.size, pair.applied, wanted))
+        await self.pod.mark_ready(report.serves_desired(running, pair.size, pair.applied, wanted))
         if patch:
             self._obj = await self.api.patch(
                 KCPSHARDS, self.namespace, self.shard, {"status": {"front": patch}}, subresource="status"

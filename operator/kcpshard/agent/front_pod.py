@@ -1,10 +1,9 @@
 """The front agent's own pod: its state dir (one per pod, so a replacement front runs beside the one it
-replaces), the marker that tells an agent started again in it that it is a restart, the file the pod's
-readiness probe tests, and the other pods of the same front."""
+replaces), the marker that tells an agent started again in it that it is a restart, the pod's readiness
+gate, and the other pods of the same front."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import shutil
 from pathlib import Path
@@ -12,13 +11,11 @@ from pathlib import Path
 from kcpshard.agent.lognotes import Notes, short
 from kcpshard.api.conditions import now
 from kcpshard.k8s.api import PODS, ApiClient
-from kcpshard.k8s.names import component_selector, front_name
+from kcpshard.k8s.names import SERVING_GATE, component_selector, front_name
 from kcpshard.retry import Passing
 
 log = logging.getLogger("kcpshard.agent.front")
 
-# The readiness probe of the front's pod tests this file in the agent's state dir.
-READY_FILE = "serving"
 # Left in the state dir by the agent's first start in a pod: a later start there is a restart.
 STARTED_FILE = "started"
 
@@ -41,13 +38,9 @@ class FrontPod:
         self.name = pod  # None outside a pod (a test, a run by hand)
         self.notes = notes
         self.passes = passes  # the API errors that leave the pods unknown this time
-        # Exists while every member serves the desired backend: the pod's readiness probe tests it, so
-        # a replacement front is Ready (and the old one goes) only once it serves.
-        self.ready_file = state_dir / READY_FILE
-        self._ready = False
-        # A file left by this pod's previous container would pass the probe before HAProxy listens.
-        with contextlib.suppress(OSError):
-            self.ready_file.unlink(missing_ok=True)
+        # The readiness gate as this agent last wrote it; None: not yet (an agent started again in its pod
+        # writes it on its first pass; its HAProxys served on meanwhile).
+        self.serving: bool | None = None
 
     def restarted(self) -> str | None:
         """An agent started again in the same pod (its container crashed or was killed) finds the marker
@@ -98,16 +91,28 @@ class FrontPod:
             return []
         return [name for name, phase in pods.items() if name != self.name and phase == "Running"]
 
-    def mark_ready(self, ready: bool) -> None:
-        if ready == self._ready:
+    async def mark_ready(self, ready: bool) -> None:
+        """Set the pod's readiness gate when it changes: the kubelet makes the pod Ready only while it is
+        True, so a replacement front is Ready (and the old one goes) only once it serves the desired
+        backend. Written on change only: an idle front costs the node nothing."""
+        if self.name is None or ready == self.serving:
             return
+        status = "True" if ready else "False"
+        why = (
+            "every HAProxy of the pod serves the desired backend"
+            if ready
+            else "not serving the desired backend"
+        )
+        condition = {"type": SERVING_GATE, "status": status, "lastTransitionTime": now(), "message": why}
         try:
-            if ready:
-                self.ready_file.parent.mkdir(parents=True, exist_ok=True)
-                self.ready_file.touch()
-            else:
-                self.ready_file.unlink(missing_ok=True)
-        except OSError as exc:
-            self.notes.problem(f"cannot mark the front ready in {self.ready_file}: {short(exc)}")
+            # Strategic merge: the conditions list is merged by type, so the kubelet's own stay.
+            body = {"status": {"conditions": [condition]}}
+            await self.api.patch(
+                PODS, self.namespace, self.name, body, kind="strategic", subresource="status"
+            )
+        except Exception as exc:
+            if not self.passes(exc):
+                raise
+            self.notes.problem(f"cannot set the readiness gate of pod {self.name}: {short(exc)}")
             return
-        self._ready = ready
+        self.serving = ready

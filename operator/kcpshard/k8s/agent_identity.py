@@ -5,7 +5,9 @@ kcp runs as a child of the host agent, in its container, where the token is moun
 a bug in one shard's agent, reaches what this Role allows and nothing of another shard. RBAC cannot limit
 `create` or `list` by name, so those two stay namespace-wide: creating a Secret (a slot publishes its
 kcp-admin kubeconfig) reads nothing, and listing pods (a replacement front looks for the pod it replaces)
-reads no Secret.
+reads no Secret. Nor can it name the front's pods (their names are the Deployment's), so patching pod
+status (the front agent sets its pod's readiness gate) is namespace-wide too: it can change no spec,
+image or volume, only what a pod reports.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def role(
         _rule("", "secrets", ["get", "update"], sorted(secrets)),
         _rule("", "secrets", ["create"], None),
         _rule("", "pods", ["list"], None),
+        _rule("", "pods/status", ["patch"], None),
     ]
     names = sorted(set(jobs))
     if names:  # an empty resourceNames would allow every Job

@@ -21,7 +21,7 @@ from kcpshard.k8s.builders import (
     state_volume,
     template_hash,
 )
-from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD, agent_name, front_name
+from kcpshard.k8s.names import LABEL_COMPONENT, LABEL_SHARD, SERVING_GATE, agent_name, front_name
 from kcpshard.k8s.owners import owner_reference
 
 # A front pod deleted or evicted serves on until another pod of its front serves, at most this long
@@ -51,7 +51,7 @@ def front_deployment(
     volume, mount = state_volume()
     members_mount = {"name": "members", "mountPath": MEMBERS_DIR}
     security = agent_security_context(bind_below_1024=spec.front.port < 1024)
-    # The agent keeps each pod's state (the readiness file, its start marker) in <front dir>/<pod name>.
+    # The agent keeps each pod's state (its start marker) in <front dir>/<pod name>.
     front_dir = f"{shard_state_dir(namespace, shard)}/front"
     command = [
         *agent_command,
@@ -74,14 +74,9 @@ def front_deployment(
         "command": command,
         "env": downward_env(),
         "volumeMounts": [mount, members_mount],
-        # The agent keeps <front dir>/<pod>/serving while every HAProxy serves. An exec probe is not
-        # free: about 25 ms of the node's CPU each (runc exec; docs/measurements.md), so one front costs
-        # the node 2.5 % of a core, and 50 fronts on one node most of two. $0 is a plain argument.
-        "readinessProbe": {
-            "exec": {"command": ["sh", "-c", 'test -e "$0/$POD_NAME/serving"', front_dir]},
-            "periodSeconds": 1,
-            "failureThreshold": 1,
-        },
+        # No probe: readiness is the pod's gate, which the agent writes only when serving changes. An exec
+        # probe each second cost the node about 25 ms of CPU each time (runc exec; docs/measurements.md):
+        # 50 idle fronts on one node took most of two cores.
         "securityContext": security,
     }
     members = [_member(index, image, agent_command, members_mount, security) for index in range(MEMBERS)]
@@ -113,6 +108,7 @@ def front_deployment(
                     "serviceAccountName": agent_name(shard),
                     # The hold, then the HAProxys' soft stop and a margin.
                     "terminationGracePeriodSeconds": FRONT_HOLD_SECONDS + MEMBER_STOP_GRACE_SECONDS + 3,
+                    "readinessGates": [{"conditionType": SERVING_GATE}],
                     "containers": [agent, *members],
                     "volumes": [volume, {"name": "members", "emptyDir": {"medium": "Memory"}}],
                 },

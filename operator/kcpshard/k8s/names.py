@@ -53,6 +53,11 @@ def slot_admin_secret_name(slot_object: str) -> str:
     return fit(f"{slot_object}-kcp-admin")
 
 
+# The front pod's readiness gate: the front agent sets it True while every HAProxy of its pod serves the
+# desired backend (agent/front_pod.py), and the kubelet makes the pod Ready only with it.
+SERVING_GATE = "kcpshard.dev/serving"
+
+
 def agent_name(shard: str) -> str:
     """The ServiceAccount, Role and RoleBinding the shard's agents act with."""
     return fit(f"{shard}-agent")
