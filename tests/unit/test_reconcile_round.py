@@ -302,3 +302,17 @@ async def test_a_passing_error_is_not_a_refusal_but_retried_by_the_loop(status: 
 
 def test_retry_backoff_doubles_up_to_its_cap() -> None:
     assert [ROUND_BACKOFF.delay(n) for n in (1, 2, 3, 4, 5, 6, 7, 20)] == [1, 2, 4, 8, 16, 30, 30, 30]
+
+
+async def test_the_old_slot_retired_and_the_roll_finished_in_one_round() -> None:
+    """The round's own delete left no KcpSlot: it plans on without it (no second observation) and ends the
+    roll; the old slot's pods may still stop meanwhile."""
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    cluster(api, activeSlot="b", activeRevision=REV, rollout=rollout("Retiring"))
+    running_slot(api, "a", revision="old")
+    running_slot(api, "b")
+    assert await reconciler(api, kcp, events).reconcile_once() is None
+    assert api.writes() == [("delete", "kcpslots", "root-a"), ("replace", "kcpshards/status", "root")]
+    assert [r[1] for r in api.requests if r[0] == "list"].count("kcpslots") == 1  # observed once
+    assert shard_status(api)["lastRoll"]["result"] == "Succeeded"
+    assert events.reasons == ["SlotDeleted", "RollSucceeded"]

@@ -16,7 +16,7 @@ from kcpshard.controller.status_writer import StatusWriter
 from kcpshard.k8s.api import ApiError
 from kcpshard.roll import actions as a
 from kcpshard.roll.observed import Observed, ShardOnly
-from kcpshard.roll.outcomes import Outcome, ProbeReady, Refused, SlotCreated
+from kcpshard.roll.outcomes import Outcome, ProbeReady, Refused, SlotCreated, SlotGone
 
 # 400 Bad Request, 403 Forbidden, 422 Invalid: the same request gets the same answer.
 REFUSALS = frozenset({400, 403, 422})
@@ -127,9 +127,10 @@ class Dispatcher:
         self.writer.event(obs, "SlotCreated", f"created slot {action.slot.value} (Job {job})")
         return created
 
-    async def _delete_slot(self, action: a.DeleteSlot, obs: Observed) -> None:
-        await slots.delete_slot(self.ctx, action.slot)
+    async def _delete_slot(self, action: a.DeleteSlot, obs: Observed) -> Outcome | None:
+        gone = await slots.delete_slot(self.ctx, action.slot)
         self.writer.event(obs, "SlotDeleted", f"deleted slot {action.slot.value}: {action.why}")
+        return SlotGone(action.slot.value) if gone else None
 
     async def _flip(self, action: a.Flip, obs: Observed) -> None:
         await self.writer.flip(obs, action)

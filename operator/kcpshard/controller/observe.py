@@ -280,6 +280,11 @@ class Observer:
         return BackupView(name, report=result)
 
 
+def without_slot(obs: Observed, slot: str) -> Observed:
+    """The observation with a KcpSlot the round deleted taken out (its pods, in `busy`, may still run)."""
+    return replace(obs, slots={name: view for name, view in obs.slots.items() if name.value != slot})
+
+
 def validation_message(exc: ValidationError, prefix: str) -> str:
     parts = []
     for error in exc.errors()[:5]:

@@ -20,7 +20,7 @@ from kcpshard.controller.act.context import ActContext
 from kcpshard.controller.config import OperatorConfig
 from kcpshard.controller.dispatch import Dispatcher
 from kcpshard.controller.kcp_access import KcpConnect, connector
-from kcpshard.controller.observe import Observer
+from kcpshard.controller.observe import Observer, without_slot
 from kcpshard.controller.shard_index import ShardIndex
 from kcpshard.controller.shardlock import ShardLock, default_identity
 from kcpshard.controller.status_writer import EventSink, StatusWriter, kopf_event
@@ -30,7 +30,7 @@ from kcpshard.kcp.errors import KcpError
 from kcpshard.roll import plan
 from kcpshard.roll.actions import RESYNC_SECONDS, ReadKcpLease
 from kcpshard.roll.observed import Observed
-from kcpshard.roll.outcomes import Outcome
+from kcpshard.roll.outcomes import Outcome, SlotGone
 
 Logger = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
@@ -125,6 +125,12 @@ class ShardReconciler:
                 continue
             after, outcome = outcome, await self.dispatcher.carry_out(action, obs)
             written = self.dispatcher.writer.take_written()
+            if isinstance(outcome, SlotGone):
+                # The round's own delete: it plans on without that slot, as the next observation would show.
+                assert isinstance(obs, Observed)  # a slot is deleted only on a full observation
+                obs = without_slot(obs, outcome.slot)
+                outcome = None
+                continue
             if outcome is None and written is not None and plan.goes_on_after_write(action, after):
                 # A step written: its action follows at once, from the status the write returned.
                 assert isinstance(obs, Observed)

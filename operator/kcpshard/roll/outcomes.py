@@ -42,6 +42,14 @@ class SlotCreated(Outcome):
 
 
 @dataclass(frozen=True)
+class SlotGone(Outcome):
+    """The KcpSlot the action deleted is gone (its Job and pods may still stop): the plan goes on from the
+    round's observation without it."""
+
+    slot: str
+
+
+@dataclass(frozen=True)
 class LeaseWatched(Outcome):
     """kcp's controller lease as it was when the watch ended."""
 

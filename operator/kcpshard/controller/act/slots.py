@@ -44,11 +44,15 @@ async def _slot_object(ctx: ActContext, body: dict[str, Any]) -> dict[str, Any]:
         return await ctx.api.get(KCPSLOTS, ctx.namespace, body["metadata"]["name"])
 
 
-async def delete_slot(ctx: ActContext, slot: SlotName) -> None:
-    """The KcpSlot; its Job and pod go with it (ownerReferences)."""
+async def delete_slot(ctx: ActContext, slot: SlotName) -> bool:
+    """The KcpSlot; its Job and pod go with it (ownerReferences). True when the KcpSlot is gone at once
+    (no finalizer kept it): the round may plan on without it."""
     name = names.slot_object_name(ctx.shard, slot)
-    with contextlib.suppress(NotFound):
-        await ctx.api.delete(KCPSLOTS, ctx.namespace, name, propagation_policy="Background")
+    try:
+        kept = await ctx.api.delete(KCPSLOTS, ctx.namespace, name, propagation_policy="Background")
+    except NotFound:
+        return True
+    return kept is None or not (kept.get("metadata") or {}).get("finalizers")
 
 
 async def stop_slot(ctx: ActContext, action: StopSlot) -> None:
