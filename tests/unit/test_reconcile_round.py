@@ -174,6 +174,7 @@ async def test_the_handover_frees_a_stale_lease_and_records_the_new_holder_then_
         ("replace", "kcpshards/status", "root"),
     ]
     assert api.stored(KCPSLOTS, "root-b")["status"]["holderIdentity"] == "new-kcp"
+    assert ("get", "kcpslots", "root-b") not in api.requests  # marked from the slot as the round read it
     assert events.reasons == ["Probing", "Draining", "Retiring", "RollSucceeded"]
     assert shard_status(api)["lastRoll"]["result"] == "Succeeded"
 

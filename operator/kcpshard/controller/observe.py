@@ -262,6 +262,7 @@ class Observer:
                 deleting=bool(obj["metadata"].get("deletionTimestamp")),
                 job=job_view(job) if job else None,
                 pods=tuple(sorted(live.get((slot, spec["revision"]), ()))),
+                body=obj,
             )
         return views, busy, starts
 

@@ -70,6 +70,7 @@ class StatusWriter:
         self.events = events
         self._known: Mapping[str, Any] | None = None
         self._written: Mapping[str, Any] | None = None  # the shard as this action's write returned it
+        self._slots: dict[str, Mapping[str, Any]] = {}  # the KcpSlots as this round's marks left them
 
     # ----- the mechanics ---------------------------------------------------------------------------
 
@@ -100,7 +101,7 @@ class StatusWriter:
 
     def known(self, body: Mapping[str, Any]) -> None:
         """The shard as a round just read it: the first write of the round starts from it, not a GET."""
-        self._known, self._written = body, None
+        self._known, self._written, self._slots = body, None, {}
         metrics.shard_seen(self.namespace, self.name, body)
 
     def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:
@@ -112,11 +113,16 @@ class StatusWriter:
     def tell(self, seen: Seen, event: Event) -> None:
         self.event(seen, event.reason, event.message, warning=event.warning)
 
-    async def mark_slot(self, mark: SlotMark) -> None:
+    async def mark_slot(self, mark: SlotMark, known: Mapping[str, Any] | None = None) -> None:
+        """One condition on a KcpSlot; `known`, the slot as the round read it, saves the first GET (or what
+        an earlier mark of this round wrote on it, which is newer)."""
         name = names.slot_object_name(self.name, SlotName(mark.slot))
         change = changes.slot_condition(mark.type, mark.status, mark.reason, mark.message, mark.holder)
+        start = self._slots.get(name) or known or None
         with contextlib.suppress(NotFound):  # a slot already gone has nothing to mark
-            await mutate_status(self.api, KCPSLOTS, self.namespace, name, change, written=self.own)
+            self._slots[name] = await mutate_status(
+                self.api, KCPSLOTS, self.namespace, name, change, known=start, written=self.own
+            )
 
     # ----- the shard -------------------------------------------------------------------------------
 
@@ -166,7 +172,7 @@ class StatusWriter:
     async def advance(self, obs: Observed, action: Advance) -> None:
         # The slots' conditions first: an operator stopped between the writes redoes them all. Each mark is
         # on a slot of its own: at once.
-        await asyncio.gather(*(self.mark_slot(mark) for mark in action.marks))
+        await asyncio.gather(*(self.mark_slot(mark, _slot_body(obs, mark.slot)) for mark in action.marks))
         rollout = _rollout(obs)
         await self._mutate(changes.advance(rollout, action, obs.generation, cond.now_precise()))
         if action.warning is not None:
@@ -213,6 +219,11 @@ class StatusWriter:
             self.event(obs, REASSERT_CONDITION, end.reassert, warning=True)
         metrics.roll_ended(self.namespace, self.name, report.result, report.reason, {})
         self.tell(obs, end.event)
+
+
+def _slot_body(obs: Observed, slot: str) -> Mapping[str, Any] | None:
+    view = obs.slots.get(SlotName(slot))
+    return view.body if view is not None else None
 
 
 def _rollout(obs: Observed) -> RolloutStatus:

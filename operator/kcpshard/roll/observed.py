@@ -45,6 +45,8 @@ class SlotView:
     deleting: bool = False
     job: JobView | None = None
     pods: tuple[str, ...] = ()  # the live pods of this slot name and revision
+    # The KcpSlot as read: the first status write of the round starts from it, not a GET (never compared).
+    body: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def live_pods(self) -> int:
