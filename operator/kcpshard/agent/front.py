@@ -48,6 +48,7 @@ from kcpshard.agent.haproxy_config import HAProxyError
 from kcpshard.agent.lognotes import Notes, short
 from kcpshard.api.conditions import now
 from kcpshard.k8s.api import KCPSHARDS, ApiClient, ApiError, NotFound
+from kcpshard.k8s.versions import older, version_of
 from kcpshard.timeouts import within
 
 log = logging.getLogger("kcpshard.agent.front")
@@ -207,6 +208,10 @@ class FrontAgent:
                     "KcpShard %s/%s was deleted; the front keeps its last backend", self.namespace, self.shard
                 )
                 self._obj = None
+            elif _known_already(obj, self._obj):
+                # What we hold already, or written before it (our own patch's answer came first): taking
+                # it would have the next pass write again what it already wrote.
+                continue
             else:
                 self._obj = obj
             self._kick.set()
@@ -311,6 +316,11 @@ class FrontAgent:
         except InvalidFront as exc:
             self.notes.warn_once(f"ignoring an invalid spec.front: {exc}")
             return None
+
+
+def _known_already(event_obj: dict[str, Any], held: dict[str, Any] | None) -> bool:
+    version, held_version = version_of(event_obj), version_of(held)
+    return version is not None and (version == held_version or older(version, held_version))
 
 
 def _task_error(task: asyncio.Task[None]) -> BaseException:
