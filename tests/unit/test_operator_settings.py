@@ -105,3 +105,47 @@ def test_the_operator_starts_without_a_passwd_entry(monkeypatch: pytest.MonkeyPa
     assert main.run(["--all-namespaces"]) == 0
     assert started["standalone"] is True
     assert started["identity"].startswith(f"{socket.gethostname()}/")
+
+
+def shard_body(spec: dict[str, Any], **meta: Any) -> kopf.Body:
+    raw = {"apiVersion": "kcpshard.dev/v1alpha1", "kind": "KcpShard", "metadata": {"name": "s", **meta}}
+    return kopf.Body({**raw, "spec": spec})  # type: ignore[arg-type]
+
+
+def test_kopf_writes_no_diff_base_onto_a_changed_shard() -> None:
+    """A spec change must not make kopf patch the shard: that write raced the roll's first status write."""
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    storage = settings.persistence.diffbase_storage
+    before, after = shard_body({"node": "a"}), shard_body({"node": "b"})
+    # What kopf compares: the stored essence and the new one. The same, so no change to handle or store.
+    assert storage.fetch(body=after) == storage.build(body=after) == storage.build(body=before)
+    patch = kopf.Patch()
+    storage.store(body=after, patch=patch, essence=storage.build(body=after))
+    assert not patch
+
+
+def test_a_deleted_shard_still_reaches_the_delete_handler() -> None:
+    from kopf._core.intents import causes
+
+    settings = kopf.OperatorSettings()
+    configure(settings)
+    storage = settings.persistence.diffbase_storage
+    body = shard_body(
+        {"node": "a"}, deletionTimestamp="2026-12-07T00:00:00Z", finalizers=[settings.persistence.finalizer]
+    )
+    essence = storage.build(body=body)
+    cause = causes.detect_changing_cause(
+        finalizer=settings.persistence.finalizer,
+        raw_event={"type": "MODIFIED", "object": dict(body)},  # type: ignore[typeddict-item]
+        body=body,
+        old=storage.fetch(body=body),
+        new=essence,
+        diff=(),
+        resource=None,
+        indices=None,
+        logger=None,
+        patch=kopf.Patch(),
+        memo=None,
+    )
+    assert cause.reason == causes.Reason.DELETE

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Iterable
+from typing import Any
 
 import kopf
 
@@ -12,14 +14,29 @@ PREFIX = "kcpshard.dev"
 FINALIZER = f"{PREFIX}/finalizer"
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff-base at all. kopf keeps one to tell creations and updates apart for on.create/on.update/
+    on.resume handlers, and this operator has none (its loop compares generations itself). Kept in an
+    annotation, kopf would patch every KcpShard right after each spec change, and that write raced the
+    roll's first status write (a 409 and a second try in every roll). An empty essence, always the same:
+    every event is a no-op to kopf's change detection; deletions are still told by the finalizer."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return kopf.BodyEssence()
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = FINALIZER
-    # Progress and diff-base in our own annotations: status stays the user-facing API,
-    # and a second kopf operator in the cluster never reads our bookkeeping as its own.
+    # Progress in our own annotations: status stays the user-facing API, and a second kopf operator in
+    # the cluster never reads our bookkeeping as its own.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=PREFIX, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.posting.level = logging.INFO
     # No kopf peering: with equal priorities it pauses every replica. One replica acts per shard through
     # the shard's own Lease (shardlock.py). Standalone, kopf watches no peering object and needs no RBAC
