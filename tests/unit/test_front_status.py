@@ -74,3 +74,16 @@ def test_the_pod_is_ready_once_the_whole_pair_serves_the_desired_backend() -> No
     assert not report.serves_desired([0], 2, applied, ("a", 1))  # the spare is missing
     assert not report.serves_desired([0, 1], 2, {0: ("a", 1), 1: None}, ("a", 1))
     assert report.serves_desired([0, 1], 2, {}, None)  # a new shard: listening is serving
+
+
+def test_connections_are_written_at_once_when_a_backend_gains_or_loses_its_last() -> None:
+    assert report.connections_due(None, {"a": 0, "b": 0}, 0.0)  # never reported
+    assert report.connections_due({"a": 1, "b": 0}, {"a": 0, "b": 0}, 0.0)  # drained: the operator waits
+    assert report.connections_due({"a": 0, "b": 0}, {"a": 0, "b": 2}, 0.0)
+    assert not report.connections_due({"a": 3, "b": 0}, {"a": 3, "b": 0}, 60.0)  # nothing changed
+
+
+def test_a_count_that_only_moved_is_written_after_the_refresh_interval() -> None:
+    refresh = report.CONNECTIONS_REFRESH_SECONDS
+    assert not report.connections_due({"a": 3, "b": 1}, {"a": 5, "b": 1}, refresh - 0.1)
+    assert report.connections_due({"a": 3, "b": 1}, {"a": 5, "b": 1}, refresh)

@@ -259,6 +259,7 @@ class FrontAgent:
             )
             if "connections" in patch:
                 pair.reported_connections = patch["connections"]
+                pair.connections_reported_at = asyncio.get_running_loop().time()
             if "observedAt" in patch:
                 pair.announce = False
 
@@ -279,7 +280,8 @@ class FrontAgent:
             closed = await pair.drain(running, slot)
             log.info("drained slot %s: closed %d connection(s)", slot, closed)
             connections = await pair.connections(running)
-        if connections != pair.reported_connections:
+        since = asyncio.get_running_loop().time() - pair.connections_reported_at
+        if report.connections_due(pair.reported_connections, connections, since):
             patch["connections"] = connections
         return patch
 

@@ -58,6 +58,7 @@ class HAProxyPair:
         self.last_restart: str | None = None
         self.announce = False  # a freshly started HAProxy: report observedAt even without a backend
         self.reported_connections: dict[str, int] | None = None
+        self.connections_reported_at = 0.0  # loop time of that report
         self._start_failures = 0
         self._next_start = 0.0  # loop time of the next start attempt
 

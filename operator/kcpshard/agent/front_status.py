@@ -12,6 +12,11 @@ from kcpshard.agent.haproxy_config import SLOTS
 
 Backend = tuple[str, int]  # (slot, port)
 
+# Open connections change with every client that connects: a count that only moved is written at most
+# this often. Whether a backend has any is written at once: the operator waits on that (a drain), and
+# each write of ours also meets the operator's next status write as a 409 (it reads and writes again).
+CONNECTIONS_REFRESH_SECONDS = 10.0
+
 
 def is_count(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
@@ -81,6 +86,17 @@ def to_drain(
     if wanted is not None and slot == wanted[0]:
         return None, f"not draining slot {slot}: it is the desired backend"
     return str(slot), None
+
+
+def connections_due(
+    reported: Mapping[str, int] | None, counts: Mapping[str, int], since_reported: float
+) -> bool:
+    """Whether `counts` are worth a write, `since_reported` seconds after the last report of them."""
+    if reported is None:
+        return True
+    if {slot for slot, n in counts.items() if n > 0} != {slot for slot, n in reported.items() if n > 0}:
+        return True
+    return dict(counts) != dict(reported) and since_reported >= CONNECTIONS_REFRESH_SECONDS
 
 
 def health(

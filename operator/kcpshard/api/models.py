@@ -173,9 +173,13 @@ class FrontStatus(Model):
     drain: Annotated[str | None, Field(description="Backend whose connections the front should close.")] = (
         None
     )
-    connections: Annotated[dict[str, int], Field(description="Open connections per backend.")] = Field(
-        default_factory=dict
-    )
+    connections: Annotated[
+        dict[str, int],
+        Field(
+            description="Open connections per backend, as the front last reported them: at once when a "
+            "backend has its first or loses its last, else at most every 10 s."
+        ),
+    ] = Field(default_factory=dict)
     observed_at: Annotated[str | None, Field(alias="observedAt")] = None
     error: Annotated[
         str | None,
