@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from typing import Any
 
 import pytest
@@ -14,7 +16,17 @@ from kcpshard.controller.observe import Observer
 from kcpshard.controller.shard_index import ShardIndex, index_entries
 from kcpshard.controller.workload_views import front_availability, front_pod_view
 from kcpshard.k8s import builders, front_workload
-from kcpshard.k8s.api import DEPLOYMENTS, JOBS, KCPSHARDS, KCPSLOTS, NODES, PODS, SECRETS, ApiError
+from kcpshard.k8s.api import (
+    DEPLOYMENTS,
+    JOBS,
+    KCPSHARDS,
+    KCPSLOTS,
+    NODES,
+    PODS,
+    SECRETS,
+    ApiError,
+    ResourceRef,
+)
 from kcpshard.kcp.errors import KcpError
 from kcpshard.roll.observed import (
     FrontAvailability,
@@ -44,9 +56,14 @@ async def test_a_full_round_only_reads() -> None:
     obs = await observer(api).observe()
     assert isinstance(obs, Observed)
     assert {verb for verb, _, _ in api.requests} == {"get", "list"}
-    # The shard first (the rest depends on its spec), then the others at once, in any order.
-    assert api.requests[0][1] == "kcpshards"
-    assert sorted(r[1] for r in api.requests[1:]) == ["deployments", "jobs", "kcpslots", "pods", "secrets"]
+    assert sorted(r[1] for r in api.requests) == [
+        "deployments",
+        "jobs",
+        "kcpshards",
+        "kcpslots",
+        "pods",
+        "secrets",
+    ]
     assert not obs.shared_secret and obs.front is FrontWorkload.ABSENT
     assert obs.kcp_lease is None  # read only when the plan asks
     assert obs.generation == 2 and obs.shard["metadata"]["uid"] == "uid-root"
@@ -70,14 +87,45 @@ async def test_a_status_write_goes_on_from_its_own_answer_and_a_new_spec_or_a_de
     assert watcher.with_shard(obs, gone) is None
 
 
-async def test_a_shard_being_deleted_is_read_alone() -> None:
+class SlowShardApi(RecordingApi):
+    """The shard's GET answers only once every other read of the round has been asked: a round that
+    waited for the shard before reading the rest never finishes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+        self.all_asked = asyncio.Event()
+
+    def _request(self, verb: str, ref: ResourceRef, name: str, subresource: str | None = None) -> None:
+        super()._request(verb, ref, name, subresource)
+        self.asked.add(ref.plural)
+        if {"kcpslots", "jobs", "pods", "secrets", "deployments"} <= self.asked:
+            self.all_asked.set()
+
+    async def get(self, ref: ResourceRef, namespace: str | None, name: str) -> dict[str, Any]:
+        if ref.plural == "kcpshards":
+            self._request("get", ref, name)
+            await asyncio.wait_for(self.all_asked.wait(), timeout=5)
+            return copy.deepcopy(self._get(ref, namespace, name))
+        return await super().get(ref, namespace, name)
+
+
+async def test_a_round_reads_the_rest_beside_the_shard_one_round_trip() -> None:
+    api = SlowShardApi()
+    api.put(KCPSHARDS, shard_body())
+    obs = await observer(api).observe()
+    assert isinstance(obs, Observed) and obs.generation == 2
+
+
+async def test_a_shard_being_deleted_ends_the_round_with_the_shard_alone() -> None:
     api = RecordingApi()
     body = shard_body()
     body["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
     api.put(KCPSHARDS, body)
+    api.put(KCPSLOTS, {"metadata": {"name": "root-a", "labels": {"kcpshard.dev/shard": "root"}}})
     obs = await observer(api).observe()
     assert isinstance(obs, ShardOnly) and obs.deleting
-    assert api.requests == [("get", "kcpshards", "root")]
+    assert obs.shard["metadata"]["deletionTimestamp"]  # what it read of the shard is all it returns
 
 
 async def test_a_spec_that_does_not_parse_is_read_alone_with_what_is_wrong() -> None:

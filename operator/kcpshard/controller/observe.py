@@ -74,21 +74,32 @@ class Observer:
         self.logger = logger
 
     async def observe(self) -> Observed | ShardOnly:
-        body = await self.api.get(KCPSHARDS, self.namespace, self.name)
-        parsed = self._parse_shard(body)
+        # What does not depend on the shard's spec is read beside the shard itself: a round costs one round
+        # trip, not two. (A shard being deleted or with a bad spec wastes these reads; that is rare.)
+        beside = asyncio.gather(
+            self._observe_slots(),
+            self._exists(SECRETS, names.shared_secret_name(self.name)),
+            self._get_or_none(DEPLOYMENTS, names.front_name(self.name)),
+        )
+        try:
+            body = await self.api.get(KCPSHARDS, self.namespace, self.name)
+            parsed = self._parse_shard(body)
+        except BaseException:
+            _discard(beside)
+            raise
         if isinstance(parsed, ShardOnly):
+            _discard(beside)
             return parsed
         spec, seen = parsed
         rollout = seen["status"].rollout
-        # The reads are independent of each other: at once, so a round costs one round trip, not six.
-        (slots, busy, starts), backup, root_shard, shared_secret, front = await asyncio.gather(
-            self._observe_slots(),
+        (slots, busy, starts), shared_secret, deployment = await beside
+        # These read only in some states: a non-root shard's root, a backup, a front that is not available.
+        backup, root_shard, front = await asyncio.gather(
             self._observe_backup(rollout)
             if rollout is not None and rollout.step == Step.BACKING_UP.value
             else _none(),
             self._root_shard(spec),
-            self._exists(SECRETS, names.shared_secret_name(self.name)),
-            self._front(body, spec),
+            self._front(body, spec, deployment),
         )
         return Observed(
             spec=spec,
@@ -174,22 +185,24 @@ class Observer:
         )
 
     async def _exists(self, ref: ResourceRef, name: str) -> bool:
-        try:
-            await self.api.get(ref, self.namespace, name)
-        except NotFound:
-            return False
-        return True
+        return await self._get_or_none(ref, name) is not None
 
-    async def _front(self, body: dict[str, Any], spec: KcpShardSpec) -> dict[str, Any]:
-        """The front Deployment against the one this spec and this operator's image ask for, and whether
-        it is available (its pods read only when it is not, to say why)."""
+    async def _get_or_none(self, ref: ResourceRef, name: str) -> dict[str, Any] | None:
+        try:
+            return await self.api.get(ref, self.namespace, name)
+        except NotFound:
+            return None
+
+    async def _front(
+        self, body: dict[str, Any], spec: KcpShardSpec, current: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """The front Deployment (`current`, as read) against the one this spec and this operator's image ask
+        for, and whether it is available (its pods read only when it is not, to say why)."""
+        if current is None:
+            return {"front": FrontWorkload.ABSENT}
         wanted = front_workload.front_deployment(
             body, spec, image=self.config.image, agent_command=self.config.agent_command
         )
-        try:
-            current = await self.api.get(DEPLOYMENTS, self.namespace, wanted["metadata"]["name"])
-        except NotFound:
-            return {"front": FrontWorkload.ABSENT}
         want = wanted["metadata"]["annotations"][builders.TEMPLATE_HASH]
         have = (current["metadata"].get("annotations") or {}).get(builders.TEMPLATE_HASH)
         availability = front_availability(current)
@@ -306,6 +319,13 @@ def _parse_spec(raw: Mapping[str, Any] | None, where: str) -> tuple[KcpShardSpec
 
 async def _none() -> None:
     return None
+
+
+def _discard(reads: asyncio.Future[Any]) -> None:
+    """Reads started for a round that ends early: cancelled, and whatever they raised dropped (not
+    logged by asyncio as an exception never retrieved)."""
+    reads.cancel()
+    reads.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def _slot_key(obj: Mapping[str, Any]) -> tuple[SlotName, str] | None:
