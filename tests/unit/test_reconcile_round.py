@@ -175,6 +175,13 @@ async def test_the_handover_frees_a_stale_lease_and_records_the_new_holder_then_
     ]
     assert api.stored(KCPSLOTS, "root-b")["status"]["holderIdentity"] == "new-kcp"
     assert ("get", "kcpslots", "root-b") not in api.requests  # marked from the slot as the round read it
+    # Probing written before the probe acts; Draining and Retiring (nothing to drain) in one write after
+    # the Probed mark, then the end of the roll.
+    assert api.writes()[2:] == [
+        ("replace", "kcpslots/status", "root-b"),
+        ("replace", "kcpshards/status", "root"),
+        ("replace", "kcpshards/status", "root"),
+    ]
     assert events.reasons == ["Probing", "Draining", "Retiring", "RollSucceeded"]
     assert shard_status(api)["lastRoll"]["result"] == "Succeeded"
 
@@ -317,3 +324,30 @@ async def test_the_old_slot_retired_and_the_roll_finished_in_one_round() -> None
     assert [r[1] for r in api.requests if r[0] == "list"].count("kcpslots") == 1  # observed once
     assert shard_status(api)["lastRoll"]["result"] == "Succeeded"
     assert events.reasons == ["SlotDeleted", "RollSucceeded"]
+
+
+async def test_a_ready_slot_is_flipped_to_with_one_status_write() -> None:
+    """Leaving WaitingReady and asking the front for the new slot are one write (the front reads the ask
+    from it), and their Events follow it."""
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    cluster(api, activeSlot="a", activeRevision="old", rollout=rollout("WaitingReady"))
+    running_slot(api, "a", revision="old")
+    running_slot(api, "b")
+    assert await reconciler(api, kcp, events).reconcile_once() == RESYNC_SECONDS  # waits for the front
+    assert api.writes() == [("replace", "kcpshards/status", "root")]
+    status = shard_status(api)
+    assert status["rollout"]["step"] == "Flipping" and "ready" in status["rollout"]["timestamps"]
+    assert (status["front"]["desiredBackend"], status["front"]["desiredPort"]) == ("b", 4321)
+    assert events.reasons == ["Flipping", "Flip"]
+
+
+async def test_held_steps_are_not_posted_when_their_write_fails() -> None:
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    cluster(api, activeSlot="a", activeRevision="old", rollout=rollout("WaitingReady"))
+    running_slot(api, "a", revision="old")
+    running_slot(api, "b")
+    api.fail("replace", "kcpshards/status", "root", error=ApiError(500, "InternalError", "etcd away"))
+    with pytest.raises(ApiError):
+        await reconciler(api, kcp, events).reconcile_once()
+    assert shard_status(api)["rollout"]["step"] == "WaitingReady"  # nothing half-written
+    assert events.reasons == []  # no Event for a step that was not recorded

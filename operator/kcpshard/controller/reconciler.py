@@ -123,8 +123,13 @@ class ShardReconciler:
                 assert isinstance(obs, Observed)  # a shard read alone asks for nothing more
                 obs = await self.observer.read_kcp_lease(obs, action.url)
                 continue
-            after, outcome = outcome, await self.dispatcher.carry_out(action, obs)
-            written = self.dispatcher.writer.take_written()
+            writer = self.dispatcher.writer
+            held = plan.goes_on_after_write(action, None)  # status only: written with what follows it
+            if not held:
+                await writer.flush()  # what the round recorded is written before anything else acts
+            with writer.holding(held):
+                after, outcome = outcome, await self.dispatcher.carry_out(action, obs)
+            written = writer.take_written()
             if isinstance(outcome, SlotGone):
                 # The round's own delete: it plans on without that slot, as the next observation would show.
                 assert isinstance(obs, Observed)  # a slot is deleted only on a full observation
@@ -139,7 +144,9 @@ class ShardReconciler:
                     obs = follow
                     continue
             if outcome is None:
+                await writer.flush()
                 return plan.pause(action, obs)
+        await self.dispatcher.writer.flush()
         self.logger.warning(f"more than {MAX_ACTIONS_PER_ROUND} actions in one round; observing again")
         return RESYNC_SECONDS
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, cast
 
 import kopf
@@ -68,14 +69,70 @@ class StatusWriter:
         self.name = name
         self.logger = logger
         self.events = events
-        self._known: Mapping[str, Any] | None = None
-        self._written: Mapping[str, Any] | None = None  # the shard as this action's write returned it
+        self._known: Mapping[str, Any] | None = None  # the shard as read or written, with held changes
+        self._base: Mapping[str, Any] | None = None  # the shard as the API server last gave it
+        self._written: Mapping[str, Any] | None = None  # the shard as this action's write left it
         self._slots: dict[str, Mapping[str, Any]] = {}  # the KcpSlots as this round's marks left them
+        # Changes held back (`holding`) and their Events: written as one at `flush`.
+        self._holding = False
+        self._pending: list[StatusFn] = []
+        self._held_events: list[tuple[Mapping[str, Any], str, str, bool]] = []
 
     # ----- the mechanics ---------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def holding(self, hold: bool = True) -> Iterator[None]:
+        """While held, a change to the shard's status is made on the shard as known and written at the next
+        `flush`: the steps of a round that only write status go out as one write (the loop flushes before
+        anything else acts, and before it waits)."""
+        self._holding = hold
+        try:
+            yield
+        finally:
+            self._holding = False
+
+    async def flush(self) -> None:
+        """Write the held changes in one write (guarded and retried like any other), then post their
+        Events. On an error they are dropped: the next round plans them again from what it reads."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        events, self._held_events = self._held_events, []
+
+        def composed(status: dict[str, Any]) -> dict[str, Any] | None:
+            changed = False
+            for change in pending:
+                new = change(status)
+                if new is not None:
+                    status, changed = new, True
+            return status if changed else None
+
+        base, self._known = self._base, None
+        self._known = self._base = await mutate_status(
+            self.api, KCPSHARDS, self.namespace, self.name, composed, known=base, written=self.own
+        )
+        metrics.shard_seen(self.namespace, self.name, self._known)
+        for body, reason, message, warning in events:
+            self._post(body, reason, message, warning)
+
+    def _hold(self, change: StatusFn) -> bool:
+        """Make `change` on the shard as known, to be written at `flush`; False when it changes nothing
+        there (then only the server can say: it is written at once)."""
+        if not self._holding or self._known is None:
+            return False
+        before = self._known.get("status") or {}
+        new = change(copy.deepcopy(dict(before)))
+        if new is None or new == before:
+            return False
+        self._pending.append(change)
+        self._known = self._written = {**self._known, "status": new}
+        return True
+
     async def _mutate(self, change: StatusFn) -> bool:
         """Write one change to the shard's status; False when there was nothing to write."""
+        if self._hold(change):
+            return True
+        await self.flush()
         wrote = False
 
         def tracked(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -85,7 +142,7 @@ class StatusWriter:
             return new
 
         known, self._known = self._known, None  # forgotten unless the write returns a newer one
-        self._known = await mutate_status(
+        self._known = self._base = await mutate_status(
             self.api, KCPSHARDS, self.namespace, self.name, tracked, known=known, written=self.own
         )
         if self._known is not None:
@@ -101,13 +158,21 @@ class StatusWriter:
 
     def known(self, body: Mapping[str, Any]) -> None:
         """The shard as a round just read it: the first write of the round starts from it, not a GET."""
-        self._known, self._written, self._slots = body, None, {}
+        self._known = self._base = body
+        self._written, self._slots, self._pending, self._held_events = None, {}, [], []
         metrics.shard_seen(self.namespace, self.name, body)
 
     def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event on the shard; posted once the status changes held before it are written."""
         if not seen.shard:
             return
-        self.events(seen.shard, reason, message, warning)
+        if self._pending:
+            self._held_events.append((seen.shard, reason, message, warning))
+        else:
+            self._post(seen.shard, reason, message, warning)
+
+    def _post(self, body: Mapping[str, Any], reason: str, message: str, warning: bool) -> None:
+        self.events(body, reason, message, warning)
         self.logger.info(f"{reason}: {message}")
 
     def tell(self, seen: Seen, event: Event) -> None:
