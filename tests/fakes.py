@@ -55,6 +55,7 @@ class RecordingApi:
         self._failures: list[_Failure] = []
         self._versions = itertools.count(100)
         self._uids = itertools.count(1)
+        self.closed = False  # as ApiClient.closed: set by the operator's cleanup
 
     # ----- set-up -------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@ actions it takes in order, and that what a handler saw goes back to the plan wit
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -351,3 +352,23 @@ async def test_held_steps_are_not_posted_when_their_write_fails() -> None:
         await reconciler(api, kcp, events).reconcile_once()
     assert shard_status(api)["rollout"]["step"] == "WaitingReady"  # nothing half-written
     assert events.reasons == []  # no Event for a step that was not recorded
+
+
+async def test_a_round_cut_short_by_the_operator_exiting_ends_the_loop_quietly() -> None:
+    """kopf's cleanup closes the client while a round still runs: the loop ends without an error (kopf
+    would log its traceback and restart the daemon) and does not try to release its lease on it."""
+    api, kcp, events = RecordingApi(), RecordingKcp(), RecordedEvents()
+    cluster(api, activeSlot="a", activeRevision="old")
+    closed = RuntimeError("Cannot send a request, as the client has been closed.")
+    api.fail("list", "kcpslots", error=closed)
+
+    r = reconciler(api, kcp, events)
+    original = r.observer.observe
+
+    async def observe_then_close() -> Any:
+        api.closed = True  # the cleanup ran meanwhile
+        return await original()
+
+    r.observer.observe = observe_then_close  # type: ignore[method-assign]
+    await asyncio.wait_for(r.run(asyncio.Event()), timeout=5)  # returns; raises nothing
+    assert [w for w in api.writes() if w[1] == "leases"][-1][0] == "create"  # acquired, never released

@@ -96,6 +96,11 @@ class ShardReconciler:
                     self.logger.warning(f"{exc}; looking again")
                     timeout = 1.0
                 except Exception as exc:
+                    if stopped.is_set() or self.api.closed:
+                        # The operator is exiting (its client closed under a round): the next holder of the
+                        # shard's lease redoes the round; nothing here is an error.
+                        self.logger.info(f"stopped during a round ({type(exc).__name__})")
+                        return
                     if not ROUND_PASSES(exc):
                         raise
                     # Every step is idempotent: the round is simply done again.
@@ -108,7 +113,7 @@ class ShardReconciler:
             if renewer is not None:
                 renewer.cancel()
             metrics.forget(self.namespace, self.name)
-            if self._lock is not None:
+            if self._lock is not None and not self.api.closed:
                 await self._lock.release()
 
     async def reconcile_once(self) -> float | None:

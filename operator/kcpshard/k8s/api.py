@@ -1,11 +1,9 @@
-"""A small async Kubernetes REST client on httpx.
-
-Used by the agents and the operator's calls outside kopf (and the test kit). It speaks the plain REST
-protocol of ``k8s.io/apiserver`` (paths of ``staging/src/k8s.io/client-go/rest/request.go``, watch frames of
-``apimachinery/pkg/watch/json``) and turns ``metav1.Status`` error bodies into exceptions.
-``watch_forever`` is a minimal ``client-go/tools/cache`` reflector: list, watch from the list's
-resourceVersion, resume after each watch ends, re-list after 410 Gone and report what changed meanwhile.
-"""
+"""A small async Kubernetes REST client on httpx, for the agents, the operator's calls outside kopf and the
+test kit. It speaks the plain REST protocol of ``k8s.io/apiserver`` (paths of
+``staging/src/k8s.io/client-go/rest/request.go``, watch frames of ``apimachinery/pkg/watch/json``) and turns
+``metav1.Status`` error bodies into exceptions. ``watch_forever`` is a minimal ``client-go/tools/cache``
+reflector: list, watch from the list's resourceVersion, resume after each watch ends, re-list after 410 Gone
+and report what changed meanwhile."""
 
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import httpx
@@ -162,10 +159,12 @@ class ApiClient:
     async def __aenter__(self) -> ApiClient:
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    @property
+    def closed(self) -> bool:  # by the operator's cleanup: the process is exiting
+        return self._conn.closed
 
     async def aclose(self) -> None:
         await self._conn.aclose()

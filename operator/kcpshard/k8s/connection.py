@@ -94,6 +94,10 @@ class Connection:
         await self.fresh_credentials(force=True)
         return True
 
+    @property
+    def closed(self) -> bool:
+        return self._client.is_closed
+
     async def aclose(self) -> None:
         for client in (*self._retired, self._client):
             await client.aclose()
