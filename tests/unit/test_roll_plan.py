@@ -801,7 +801,8 @@ def test_stopping_old_deletes_its_job_once_then_waits_for_its_exit() -> None:
     assert next_of(status, slot(A, "old"), new) == plan.StopSlot(A, "job-a")
     stopping = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True))
     waiting = next_of(status, stopping, new)
-    assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.roll.stop_timeout_seconds)
+    # the host agent's own limit (the shutdown delay plus 20 s) is below the default 120 s
+    assert isinstance(waiting, plan.Wait) and waiting.until == at(SPEC.shutdown_delay_seconds + 20)
     # the Job is gone at once, but its pod still runs kcp's shutdown delay
     draining = slot(A, "old", job=None, pods=("pod-1",))
     assert isinstance(next_of(status, draining, new), plan.Wait)
@@ -848,6 +849,15 @@ def test_an_old_slot_outliving_its_stop_timeout_is_waited_for_not_deleted(old: p
     assert "lease stays with it until its pods are gone" in late.reason
 
 
+def test_the_kill_is_said_at_the_host_agents_limit_when_the_stop_timeout_is_above_it() -> None:
+    # roll.stopTimeoutSeconds 120 (the default), shutdownDelaySeconds 5: the agent kills at 25 s
+    status = during(rollout(Step.STOPPING_OLD), active_slot="b")
+    killed = slot(A, "old", job=None, exited_at="2026-12-01T12:00:09Z", exit_code=137)
+    action = next_of(status, killed, slot(B))
+    assert isinstance(action, plan.Advance) and action.warning is not None
+    assert "did not exit within 25s of SIGTERM" in action.warning[1]
+
+
 def test_an_old_slot_its_agent_killed_is_said_in_a_warning_when_it_is_gone() -> None:
     spec = with_roll(stop_timeout_seconds=3)
     status = during(rollout(Step.STOPPING_OLD), active_slot="b")
@@ -885,9 +895,11 @@ def test_watches_the_old_kcp_holds_after_closing_its_listener_are_closed_at_the_
     listening = slot(A, "old", job=plan.JobView(name="j", active=1, deleting=True))
     for status, old_slot in ((asked, old), (closed, old), (held, listening)):
         assert isinstance(next_of(status, old_slot, slot(B)), plan.Wait)
-    # Single: the front still serves the old slot while it stops; its connections end with it.
+    # Single: the front is asked to serve the stopping slot still; that ask goes with the drain (the front
+    # refuses to drain a backend it is asked to serve), else the watches hold the old kcp until the kill.
     single_held = during(single(Step.STOPPING_OLD), front=FrontStatus(connections={"a": 3}))
-    assert isinstance(next_of(single_held, slot(A, "old", job=old.job, conditions=unlistened)), plan.Wait)
+    stopping = slot(A, "old", job=old.job, conditions=unlistened)
+    assert next_of(single_held, stopping) == plan.RequestDrain(A, withdraw=True)
 
 
 def test_single_stopping_old_stops_the_serving_slot_then_starts() -> None:

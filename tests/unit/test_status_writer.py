@@ -22,6 +22,7 @@ from kcpshard.roll.actions import (
     Flip,
     Record,
     ReportFrontRestarts,
+    RequestDrain,
     SlotMark,
     StartRoll,
     Step,
@@ -221,6 +222,19 @@ async def test_flip_writes_the_record_and_the_desired_backend_together() -> None
     front = status(api)["front"]
     assert (front["desiredBackend"], front["desiredPort"], front.get("drain")) == ("b", 4321, None)
     assert events.reasons == ["Flip"]
+
+
+@pytest.mark.parametrize("withdraw", [False, True], ids=["blue-green", "single"])
+async def test_a_drain_request_withdraws_the_ask_to_serve_the_slot_only_in_single(withdraw: bool) -> None:
+    api = RecordingApi()
+    w, events = writer(api)
+    obs = during(api, rollout(Step.STOPPING_OLD), front={"desiredBackend": "a", "desiredPort": 4321})
+    await w.request_drain(obs, RequestDrain(SlotName.A, withdraw=withdraw))
+    front = status(api)["front"]
+    assert front["drain"] == "a"
+    asked = (front.get("desiredBackend"), front.get("desiredPort"))
+    assert asked == ((None, None) if withdraw else ("a", 4321))
+    assert events.reasons == ["Drain"]
 
 
 async def test_a_promoted_roll_is_progressing_again_once_it_flips() -> None:

@@ -155,10 +155,25 @@ class ShardIdentity(Model):
     ] = None
 
 
+# What the host agent gives kcp beyond its shutdown delay to exit, at most: its `--stop-timeout`, which also
+# sizes the slot pod's grace period (k8s/builders.py).
+STOP_MARGIN_SECONDS = 20
+
+
 class RollSpec(Model):
     ready_timeout_seconds: Annotated[int, Field(alias="readyTimeoutSeconds", ge=1, le=86400)] = 300
     flip_timeout_seconds: Annotated[int, Field(alias="flipTimeoutSeconds", ge=1, le=3600)] = 30
-    stop_timeout_seconds: Annotated[int, Field(alias="stopTimeoutSeconds", ge=1, le=3600)] = 120
+    stop_timeout_seconds: Annotated[
+        int,
+        Field(
+            alias="stopTimeoutSeconds",
+            ge=1,
+            le=3600,
+            description="SIGTERM to SIGKILL for a stopping slot's kcp, at most shutdownDelaySeconds plus "
+            f"{STOP_MARGIN_SECONDS} (the host agent's own limit, which sizes the slot pod's grace period); "
+            "read by the host agent when it stops kcp.",
+        ),
+    ] = 120
     lease_timeout_seconds: Annotated[int, Field(alias="leaseTimeoutSeconds", ge=1, le=3600)] = 90
     probe_timeout_seconds: Annotated[int, Field(alias="probeTimeoutSeconds", ge=1, le=3600)] = 120
     drain_timeout_seconds: Annotated[int, Field(alias="drainTimeoutSeconds", ge=0, le=3600)] = 30
@@ -217,6 +232,17 @@ STOP_TIMEOUT_RULE = {
     "shutdown delay after SIGTERM, and a stop timeout inside it kills kcp mid-shutdown (allow the delay "
     "plus about 20 s)",
 }
+
+
+def agent_stop_timeout(spec: KcpShardSpec) -> int:
+    """The host agent's limit on SIGTERM to SIGKILL (`--stop-timeout`)."""
+    return spec.shutdown_delay_seconds + STOP_MARGIN_SECONDS
+
+
+def kill_after_seconds(spec: KcpShardSpec) -> int:
+    """SIGTERM to SIGKILL for a slot's kcp as its host agent counts it (agent/slot_hold.py
+    `stop_timeout_of`): `roll.stopTimeoutSeconds`, at most the agent's limit."""
+    return min(spec.roll.stop_timeout_seconds, agent_stop_timeout(spec))
 
 
 def spec_rule_problems(spec: KcpShardSpec) -> list[str]:

@@ -158,7 +158,7 @@ class Dispatcher:
         return outcome
 
     async def _request_drain(self, action: a.RequestDrain, obs: Observed) -> None:
-        await self.writer.request_drain(obs, action.slot)
+        await self.writer.request_drain(obs, action)
 
     async def _finish(self, action: a.Finish, obs: Observed) -> None:
         await self.writer.finish(obs, action)

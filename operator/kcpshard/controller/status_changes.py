@@ -195,9 +195,13 @@ def front_restarts_reported(total: int) -> StatusFn:
     return change
 
 
-def request_drain(slot: str) -> StatusFn:
+def request_drain(slot: str, *, withdraw: bool = False) -> StatusFn:
     def change(status: dict[str, Any]) -> dict[str, Any] | None:
-        status.setdefault("front", {})["drain"] = slot
+        front = status.setdefault("front", {})
+        front["drain"] = slot
+        if withdraw and front.get("desiredBackend") == slot:
+            front.pop("desiredBackend", None)
+            front.pop("desiredPort", None)
         return status
 
     return change

@@ -32,6 +32,7 @@ from kcpshard.roll.actions import (
     Flip,
     Record,
     ReportFrontRestarts,
+    RequestDrain,
     Restore,
     RollEnd,
     SlotMark,
@@ -248,9 +249,13 @@ class StatusWriter:
         await self._mutate(changes.flip(action, obs.generation))
         self.event(obs, "Flip", f"asked the front to serve slot {action.slot.value} on port {action.port}")
 
-    async def request_drain(self, obs: Observed, slot: SlotName) -> None:
-        await self._mutate(changes.request_drain(slot.value))
-        self.event(obs, "Drain", f"asked the front to close what is left on slot {slot.value}")
+    async def request_drain(self, obs: Observed, action: RequestDrain) -> None:
+        slot = action.slot.value
+        await self._mutate(changes.request_drain(slot, withdraw=action.withdraw))
+        text = f"asked the front to close what is left on slot {slot}"
+        if action.withdraw:
+            text += " and to stop serving it (its kcp stopped listening)"
+        self.event(obs, "Drain", text)
 
     async def finish(self, obs: Observed, action: Finish) -> None:
         """The report as the plan made it, stamped now and measured; the conditions and Event it chose."""

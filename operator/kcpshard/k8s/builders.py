@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from kcpshard.api.models import API_VERSION, DeletionPolicy, KcpShardSpec, Shape, SlotName
+from kcpshard.api.spec import agent_stop_timeout
 from kcpshard.k8s.names import (
     LABEL_COMPONENT,
     LABEL_REVISION,
@@ -34,8 +35,6 @@ MANAGED_BY = "kcpshard-operator"
 STATE_ROOT = "/var/lib/kcpshard"
 # The tag of a local `docker build -t kcpshard:0.1.0 .`; the operator takes --image for a pushed one.
 DEFAULT_IMAGE = "kcpshard:0.1.0"
-# Time the host agent gets beyond kcp's shutdown delay to see kcp exit and report it.
-STOP_MARGIN_SECONDS = 20
 
 
 def labels(shard: str, component: str, **extra: str) -> dict[str, str]:
@@ -55,11 +54,6 @@ def shard_state_dir(namespace: str, shard: str) -> str:
 
 def slot_root_dir(namespace: str, shard: str, slot: SlotName) -> str:
     return f"{shard_state_dir(namespace, shard)}/{slot.value}"
-
-
-def stop_timeout_seconds(spec: KcpShardSpec) -> int:
-    """How long the host agent waits for kcp after SIGTERM before it kills it."""
-    return spec.shutdown_delay_seconds + STOP_MARGIN_SECONDS
 
 
 def hold_timeout_seconds(spec: KcpShardSpec) -> int:
@@ -151,7 +145,7 @@ def slot_job(
             f"{root}/root-shard.kubeconfig" if spec.shard.root_shard_kubeconfig_secret_ref else None
         ),
     )
-    stop_timeout = stop_timeout_seconds(spec)
+    stop_timeout = agent_stop_timeout(spec)
     hold_timeout = hold_timeout_seconds(spec)
     volume, mount = state_volume()
     command = [

@@ -290,7 +290,11 @@ class Probe(Action):
 
 @dataclass(frozen=True)
 class RequestDrain(Action):
+    """Ask the front to close the connections left on `slot`. `withdraw`: the ask to serve it goes too
+    (Single: it is the stopping old kcp, and the front never drains the backend it is asked to serve)."""
+
     slot: SlotName
+    withdraw: bool = False
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import hashlib
 import signal
 
 from kcpshard.api.models import KcpShardSpec, RolloutStatus, Shape, SlotName
+from kcpshard.api.spec import kill_after_seconds
 from kcpshard.k8s import names
 from kcpshard.kcp.flags import BACKUP_NEEDS_ETCD, front_url
 from kcpshard.roll import ending, lease, promotion
@@ -224,7 +225,7 @@ def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) ->
         name = SlotName(rollout.from_slot)
         old = SlotView(name, rollout.from_revision or "", pods=obs.busy.get(name, ()))
         waiting = f"waiting for the pods of slot {name.value} to exit (its KcpSlot was deleted)"
-    timeout = roll_spec(obs).roll.stop_timeout_seconds
+    timeout = kill_after_seconds(roll_spec(obs))
     if old is None or old.gone or (single and old.revision != rollout.from_revision):
         stopped = f"slot {rollout.from_slot} has stopped"
         if old is not None and old.exit_code == SIGKILLED:
@@ -234,8 +235,8 @@ def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) ->
         return Advance(nxt, stopped)
     if old.job is not None and not old.job.deleting:
         return StopSlot(old.name, old.job.name)
-    if not single and watches_held(obs, old):
-        return RequestDrain(old.name)
+    if watches_held(obs, old):
+        return RequestDrain(old.name, withdraw=single)
     until = deadline(rollout, timeout)
     if obs.now >= until:
         # The host agent kills kcp at this timeout (it reads it at SIGTERM), else the kubelet does at the
@@ -253,7 +254,8 @@ def stopping_old(obs: Observed, rollout: RolloutStatus, old: SlotView | None) ->
 def watches_held(obs: Observed, old: SlotView) -> bool:
     """The old kcp closed its listener (its shutdown delay is over) but the front still has connections
     to it: watches, which kcp holds until its HTTP server's shutdown timeout (60 s) while their clients
-    see no events. Closed at the front, they resume on the new slot (blue/green: the front serves it)."""
+    see no events. Closed at the front, they resume on the new slot (blue/green: the front serves it), or
+    (Single) the new process starts as soon as the old one exits, not after those 60 s or the kill."""
     front, unlistened = obs.status.front, old.failed("Listening")
     return (
         unlistened is not None
