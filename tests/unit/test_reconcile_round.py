@@ -176,10 +176,11 @@ async def test_the_handover_frees_a_stale_lease_and_records_the_new_holder_then_
     ]
     assert api.stored(KCPSLOTS, "root-b")["status"]["holderIdentity"] == "new-kcp"
     assert ("get", "kcpslots", "root-b") not in api.requests  # marked from the slot as the round read it
-    # Probing written before the probe acts; Draining and Retiring (nothing to drain) in one write after
-    # the Probed mark, then the end of the roll.
+    # Probing written before the probe acts; then the Probed mark, Draining and Retiring (each step a write
+    # of its own), and the end of the roll.
     assert api.writes()[2:] == [
         ("replace", "kcpslots/status", "root-b"),
+        ("replace", "kcpshards/status", "root"),
         ("replace", "kcpshards/status", "root"),
         ("replace", "kcpshards/status", "root"),
     ]

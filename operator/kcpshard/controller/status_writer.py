@@ -77,6 +77,7 @@ class StatusWriter:
         # Changes held back (`holding`) and their Events: written as one at `flush`.
         self._holding = False
         self._pending: list[StatusFn] = []
+        self._pending_step = False  # one of them begins a step
         self._held_events: list[tuple[Mapping[str, Any], str, str, bool]] = []
 
     # ----- the mechanics ---------------------------------------------------------------------------
@@ -97,7 +98,7 @@ class StatusWriter:
         Events. On an error they are dropped: the next round plans them again from what it reads."""
         if not self._pending:
             return
-        pending, self._pending = self._pending, []
+        pending, self._pending, self._pending_step = self._pending, [], False
         events, self._held_events = self._held_events, []
 
         def composed(status: dict[str, Any]) -> dict[str, Any] | None:
@@ -116,7 +117,7 @@ class StatusWriter:
         for body, reason, message, warning in events:
             self._post(body, reason, message, warning)
 
-    def _hold(self, change: StatusFn) -> bool:
+    def _hold(self, change: StatusFn, step: bool) -> bool:
         """Make `change` on the shard as known, to be written at `flush`; False when it changes nothing
         there (then only the server can say: it is written at once)."""
         if not self._holding or self._known is None:
@@ -126,12 +127,17 @@ class StatusWriter:
         if new is None or new == before:
             return False
         self._pending.append(change)
+        self._pending_step |= step
         self._known = self._written = {**self._known, "status": new}
         return True
 
-    async def _mutate(self, change: StatusFn) -> bool:
-        """Write one change to the shard's status; False when there was nothing to write."""
-        if self._hold(change):
+    async def _mutate(self, change: StatusFn, *, step: bool = False) -> bool:
+        """Write one change to the shard's status; False when there was nothing to write. `step`: it
+        begins a roll or a step, which never shares a write with another step (each is on the server, for
+        the plugin's view and for a restarted operator, before the next one begins)."""
+        if step and self._pending_step:
+            await self.flush()
+        if self._hold(change, step):
             return True
         await self.flush()
         wrote = False
@@ -232,7 +238,9 @@ class StatusWriter:
     # ----- a roll ----------------------------------------------------------------------------------
 
     async def start_roll(self, obs: Observed, action: StartRoll) -> None:
-        await self._mutate(changes.start_roll(action.rollout, obs.generation, action.event.message))
+        await self._mutate(
+            changes.start_roll(action.rollout, obs.generation, action.event.message), step=True
+        )
         self.tell(obs, action.event)
 
     async def advance(self, obs: Observed, action: Advance) -> None:
@@ -240,7 +248,7 @@ class StatusWriter:
         # on a slot of its own: at once.
         await asyncio.gather(*(self.mark_slot(mark, _slot_body(obs, mark.slot)) for mark in action.marks))
         rollout = _rollout(obs)
-        await self._mutate(changes.advance(rollout, action, obs.generation, cond.now_precise()))
+        await self._mutate(changes.advance(rollout, action, obs.generation, cond.now_precise()), step=True)
         if action.warning is not None:
             self.event(obs, *action.warning, warning=True)
         self.event(obs, action.step.value, action.message)
