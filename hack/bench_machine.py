@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import os
 import statistics
+import subprocess
 import time
 from pathlib import Path
 
@@ -93,10 +94,17 @@ class Machine:
     pod_roots: set[int] = dataclasses.field(default_factory=set)
     cluster: set[int] = dataclasses.field(default_factory=set)
     refreshed: float = float("-inf")
+    refresh_failures: int = 0  # looks for the pods' containers that timed out
 
     def _pids(self) -> set[int]:
         if time.monotonic() - self.refreshed >= POD_REFRESH:
-            self.pod_roots = set(pod_processes(self.stack))
+            try:
+                self.pod_roots = set(pod_processes(self.stack))
+            except (subprocess.SubprocessError, OSError) as exc:
+                # containerd or the API server too busy to list (50 shards rolling at once): the pods
+                # seen last are sampled meanwhile, and the next refresh asks again.
+                self.refresh_failures += 1
+                print(f"  (pods not listed this time: {type(exc).__name__}; sampling the last ones)")
             self.cluster = set(scenario.processes(self.stack.directory))
             self.refreshed = time.monotonic()
         return {self.operator_pid, *self.cluster, *_descendants(self.pod_roots)}

@@ -209,6 +209,7 @@ async def scale_run(workdir: Path, shards: int) -> dict[str, Any]:
             "cpuSecondsByKind": machine.cpu_by_kind(),
             "loadAverageMax": machine.load_max,
             "memAvailableMinMiB": round(machine.available_min_mib),
+            "podListingsTimedOut": machine.refresh_failures,
         }
         if failure:
             result["failure"] = failure
