@@ -85,8 +85,8 @@ class StatusWriter:
     @contextlib.contextmanager
     def holding(self, hold: bool = True) -> Iterator[None]:
         """While held, a change to the shard's status is made on the shard as known and written at the next
-        `flush`: the steps of a round that only write status go out as one write (the loop flushes before
-        anything else acts, and before it waits)."""
+        `flush`: a step and the status-only actions that follow it go out as one write (the loop flushes
+        before anything else acts and before it waits; a new step flushes the one before)."""
         self._holding = hold
         try:
             yield
@@ -167,6 +167,7 @@ class StatusWriter:
         """The shard as a round just read it: the first write of the round starts from it, not a GET."""
         self._known = self._base = body
         self._written, self._slots, self._pending, self._held_events = None, {}, [], []
+        self._pending_step = False  # what an earlier round held and did not write is gone with it
         metrics.shard_seen(self.namespace, self.name, body)
 
     def event(self, seen: Seen, reason: str, message: str, *, warning: bool = False) -> None:
