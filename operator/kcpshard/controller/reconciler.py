@@ -129,7 +129,7 @@ class ShardReconciler:
                 obs = await self.observer.read_kcp_lease(obs, action.url)
                 continue
             writer = self.dispatcher.writer
-            held = plan.goes_on_after_write(action, None)  # status only: written with what follows it
+            held = plan.status_only(action)  # written with what follows it
             if not held:
                 await writer.flush()  # what the round recorded is written before anything else acts
             with writer.holding(held):

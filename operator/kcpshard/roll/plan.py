@@ -165,10 +165,15 @@ def next_action(obs: Observed | ShardOnly, outcome: Outcome | None = None) -> Ac
 GOES_ON_AFTER_WRITE = (StartRoll, Advance, Flip, RequestDrain)
 
 
+def status_only(action: Action) -> bool:
+    """Whether `action` only writes the shard's status (the loop may hold that write: status_writer.py)."""
+    return isinstance(action, GOES_ON_AFTER_WRITE)
+
+
 def goes_on_after_write(action: Action, after: Outcome | None) -> bool:
     """Whether the round plans again from `action`'s own status write instead of observing again: not
     after a slot was created (`after`), which the round's observation does not hold."""
-    return isinstance(action, GOES_ON_AFTER_WRITE) and not isinstance(after, SlotCreated)
+    return status_only(action) and not isinstance(after, SlotCreated)
 
 
 def pause(action: Action, obs: Observed | ShardOnly) -> float | None:
